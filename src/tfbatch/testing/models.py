@@ -1,0 +1,260 @@
+"""Tiny real SavedModels for tests across the project.
+
+Each ``make_*`` function writes a SavedModel (``tf.saved_model.save`` of a ``tf.Module``
+with ``tf.function`` signatures) to ``path`` and returns the path. Weights are fixed
+functions of a seed so tests can compute expected numbers without TensorFlow
+(see :func:`linear_expected`).
+
+TensorFlow is imported inside the functions: importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    return tf
+
+
+def linear_weights(in_dim: int = 3, out_dim: int = 2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The (W, b) that :func:`make_linear_model` bakes in, as float32 arrays."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((in_dim, out_dim)).astype(np.float32)
+    b = rng.standard_normal((out_dim,)).astype(np.float32)
+    return w, b
+
+
+def linear_expected(x: np.ndarray, in_dim: int = 3, out_dim: int = 2, seed: int = 0) -> np.ndarray:
+    """What the linear model returns for ``x`` (compare with a float tolerance)."""
+    w, b = linear_weights(in_dim, out_dim, seed)
+    return np.asarray(x, dtype=np.float32) @ w + b
+
+
+def make_linear_model(path: str | Path, *, in_dim: int = 3, out_dim: int = 2, seed: int = 0) -> Path:
+    """serving_default: ``x`` float32 [None, in_dim] -> ``y`` float32 [None, out_dim]."""
+    tf = _tf()
+    w, b = linear_weights(in_dim, out_dim, seed)
+
+    class Linear(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(w)
+            self.b = tf.Variable(b)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, in_dim], tf.float32, name="x")])
+        def serve(self, x):
+            return {"y": tf.matmul(x, self.w) + self.b}
+
+    module = Linear()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return Path(path)
+
+
+def make_multi_io_model(path: str | Path) -> Path:
+    """Two inputs, two outputs, and a second signature ``scaled``.
+
+    serving_default: ``a`` float32 [None, 2], ``b`` int64 [None] ->
+    ``sum`` = a[:,0] + a[:,1] + b (float32 [None]), ``prod`` = a * b[:, None] (float32 [None, 2]).
+    ``scaled``: same inputs -> ``scaled`` = a * 10 + b[:, None] (float32 [None, 2]).
+    """
+    tf = _tf()
+    spec = [tf.TensorSpec([None, 2], tf.float32, name="a"), tf.TensorSpec([None], tf.int64, name="b")]
+
+    class MultiIO(tf.Module):
+        @tf.function(input_signature=spec)
+        def serve(self, a, b):
+            bf = tf.cast(b, tf.float32)
+            return {"sum": tf.reduce_sum(a, axis=1) + bf, "prod": a * bf[:, None]}
+
+        @tf.function(input_signature=spec)
+        def scaled(self, a, b):
+            return {"scaled": a * 10.0 + tf.cast(b, tf.float32)[:, None]}
+
+    module = MultiIO()
+    tf.saved_model.save(
+        module, str(path), signatures={"serving_default": module.serve, "scaled": module.scaled}
+    )
+    return Path(path)
+
+
+def image_weights(size: int, channels: int, classes: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1234)
+    w = rng.standard_normal((size * size * channels, classes)).astype(np.float32)
+    b = rng.standard_normal((classes,)).astype(np.float32) * 0.1
+    return w, b
+
+
+def make_image_bytes_model(path: str | Path, *, size: int = 8, channels: int = 1, classes: int = 10) -> Path:
+    """An image classifier over encoded bytes (PNG/JPEG/GIF/BMP), any input image size.
+
+    serving_default: ``image_bytes`` string [None] -> ``probabilities`` float32 [None, classes],
+    ``classes`` int64 [None]. serving_tensor: ``images`` float32 [None, size, size, channels]
+    (already scaled to [0, 1]) -> the same outputs.
+    """
+    tf = _tf()
+    w, b = image_weights(size, channels, classes)
+
+    class ImageModel(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = tf.Variable(w)
+            self.b = tf.Variable(b)
+
+        def _head(self, images):
+            flat = tf.reshape(images, [-1, size * size * channels])
+            probs = tf.nn.softmax(tf.matmul(flat, self.w) + self.b)
+            return {"probabilities": probs, "classes": tf.argmax(probs, axis=1, output_type=tf.int64)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+        def serve_bytes(self, image_bytes):
+            def decode(data):
+                img = tf.io.decode_image(data, channels=channels, expand_animations=False)
+                img = tf.image.resize(tf.cast(img, tf.float32) / 255.0, [size, size])
+                return tf.ensure_shape(img, [size, size, channels])
+
+            images = tf.map_fn(
+                decode, image_bytes, fn_output_signature=tf.TensorSpec([size, size, channels], tf.float32)
+            )
+            return self._head(images)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, size, size, channels], tf.float32, name="images")])
+        def serve_tensor(self, images):
+            return self._head(images)
+
+    module = ImageModel()
+    tf.saved_model.save(
+        module,
+        str(path),
+        signatures={"serving_default": module.serve_bytes, "serving_tensor": module.serve_tensor},
+    )
+    return Path(path)
+
+
+def set_method_names(path: str | Path, method_names: dict[str, str]) -> None:
+    """Rewrite SignatureDef.method_name in ``path``/saved_model.pb.
+
+    TF2's ``tf.saved_model.save`` always writes ``tensorflow/serving/predict``; TF Serving
+    (and :class:`tfbatch.runtime.Servable`) read the method name from the SignatureDef in
+    the MetaGraphDef, while ``tf.saved_model.load`` rebuilds functions from the object
+    graph and ignores it. Editing the proto is therefore both sufficient and harmless.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = Path(path) / "saved_model.pb"
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(pb.read_bytes())
+    for meta in saved.meta_graphs:
+        for name, method in method_names.items():
+            if name in meta.signature_def:
+                meta.signature_def[name].method_name = method
+    pb.write_bytes(saved.SerializeToString())
+
+
+CLASSIFY_LABELS = ("negative", "positive")
+
+
+def make_classify_regress_model(path: str | Path) -> Path:
+    """Signatures over serialized tf.train.Example, as TF Serving's classify/regress expect.
+
+    Each Example has features ``x`` (float, 2 values) and optional ``w`` (float, 1 value,
+    default 1.0). Let s = w * (x[0] + x[1]).
+    - ``classify`` (method tensorflow/serving/classify): ``inputs`` string [None] ->
+      ``classes`` string [None, 2] = ["negative", "positive"], ``scores`` float [None, 2]
+      = [sigmoid(-s), sigmoid(s)].
+    - ``regress`` (method tensorflow/serving/regress): ``inputs`` -> ``outputs`` float [None] = s.
+    - ``serving_default`` (predict): ``x`` float32 [None, 2] -> ``score`` float32 [None]
+      = x[:,0] + x[:,1].
+    """
+    tf = _tf()
+    features = {
+        "x": tf.io.FixedLenFeature([2], tf.float32),
+        "w": tf.io.FixedLenFeature([1], tf.float32, default_value=[1.0]),
+    }
+
+    def score(serialized):
+        parsed = tf.io.parse_example(serialized, features)
+        return parsed["w"][:, 0] * tf.reduce_sum(parsed["x"], axis=1)
+
+    examples_spec = [tf.TensorSpec([None], tf.string, name="inputs")]
+
+    class ClassifyRegress(tf.Module):
+        @tf.function(input_signature=examples_spec)
+        def classify(self, inputs):
+            s = score(inputs)
+            scores = tf.stack([tf.sigmoid(-s), tf.sigmoid(s)], axis=1)
+            labels = tf.tile(tf.constant([list(CLASSIFY_LABELS)]), [tf.shape(s)[0], 1])
+            return {"classes": labels, "scores": scores}
+
+        @tf.function(input_signature=examples_spec)
+        def regress(self, inputs):
+            return {"outputs": score(inputs)}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def predict(self, x):
+            return {"score": tf.reduce_sum(x, axis=1)}
+
+    module = ClassifyRegress()
+    tf.saved_model.save(
+        module,
+        str(path),
+        signatures={
+            "serving_default": module.predict,
+            "classify": module.classify,
+            "regress": module.regress,
+        },
+    )
+    set_method_names(path, {"classify": CLASSIFY_METHOD, "regress": REGRESS_METHOD})
+    return Path(path)
+
+
+def make_slow_model(path: str | Path, delay_s: float) -> Path:
+    """serving_default: ``x`` float32 [None, 2] -> ``y`` = x * 2, after sleeping ``delay_s``.
+
+    The sleep is a tf.data sleep (a real sleep, no busy loop, serializable in the graph),
+    once per batch, whatever its size.
+    """
+    tf = _tf()
+    from tensorflow.python.data.experimental.ops import testing as data_testing
+
+    micros = int(delay_s * 1_000_000)
+
+    class Slow(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def serve(self, x):
+            ds = tf.data.Dataset.from_tensors(x).apply(data_testing.sleep(micros))
+            return {"y": ds.get_single_element() * 2.0}
+
+    module = Slow()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return Path(path)
+
+
+def make_failing_model(path: str | Path) -> Path:
+    """serving_default: ``x`` float32 [None, 2] -> ``y`` = x + 1, failing for negative values.
+
+    A negative value raises tf.errors.InvalidArgumentError at run time, with a message
+    containing "negative input".
+    """
+    tf = _tf()
+
+    class Failing(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def serve(self, x):
+            check = tf.debugging.assert_non_negative(x, message="negative input")
+            with tf.control_dependencies([check]):
+                return {"y": tf.identity(x + 1.0)}
+
+    module = Failing()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+    return Path(path)
