@@ -1,0 +1,5 @@
+import sys
+
+from tfbatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,131 @@
+"""Default request handling when there is no ``code/inference.py`` (COMPAT §3), plus images.
+
+JSON, JSON Lines and CSV bodies become TFS REST request bodies exactly as the SageMaker
+container builds them. Beyond the container, image bodies (JPEG/PNG bytes) work with no
+script: straight into a string input, or decoded and resized for an image-tensor input.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import numpy as np
+
+from tfbatch.errors import InvalidInput, UnsupportedMediaType
+
+JSON_TYPES = ("application/json",)
+JSONLINES_TYPES = ("application/jsonlines", "application/jsonl", "application/x-jsonlines")
+CSV_TYPES = ("text/csv",)
+IMAGE_TYPES = ("application/x-image", "image/png", "image/jpeg", "image/jpg", "image/gif", "image/bmp")
+
+_PASS_THROUGH_KEYS = ("instances", "inputs", "examples")
+
+
+def media_type(content_type: str | None) -> str:
+    """``"Application/JSON; charset=utf-8"`` -> ``"application/json"``; empty -> JSON (container default)."""
+    if not content_type:
+        return "application/json"
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def is_image(content_type: str | None) -> bool:
+    return media_type(content_type) in IMAGE_TYPES
+
+
+def _decode_text(body: bytes, what: str) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what} body is not valid UTF-8 text: {exc}") from exc
+
+
+def _csv_value(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def json_request(body: bytes, content_type: str | None) -> dict:
+    """Turn a JSON / JSON Lines / CSV body into a TFS REST request body."""
+    mt = media_type(content_type)
+    if mt in JSON_TYPES:
+        try:
+            value = json.loads(_decode_text(body, "application/json"))
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"application/json body is not valid JSON: {exc}") from exc
+        if isinstance(value, dict) and any(k in value for k in _PASS_THROUGH_KEYS):
+            return value
+        return {"instances": [value]}
+    if mt in JSONLINES_TYPES:
+        instances = []
+        for n, line in enumerate(_decode_text(body, mt).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                instances.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise InvalidInput(f"{mt} body line {n} is not valid JSON: {exc}") from exc
+        return {"instances": instances}
+    if mt in CSV_TYPES:
+        rows = csv.reader(io.StringIO(_decode_text(body, "text/csv")))
+        instances = [[_csv_value(cell.strip()) for cell in row] for row in rows if any(c.strip() for c in row)]
+        # A one-column CSV gives scalars, as the container does for single-feature rows.
+        instances = [row[0] if len(row) == 1 else row for row in instances]
+        return {"instances": instances}
+    raise UnsupportedMediaType(f"Unsupported Media Type: {content_type}")
+
+
+def image_inputs(body: bytes, signature) -> dict[str, np.ndarray]:
+    """Tensors for an image body: raw bytes for a string input, else a decoded, resized image.
+
+    ``signature`` is a runtime SignatureInfo with exactly one input.
+    """
+    if len(signature.inputs) != 1:
+        raise InvalidInput(
+            f"an image body needs a signature with one input; signature '{signature.name}' takes "
+            f"{sorted(signature.inputs)}: send JSON, or add code/inference.py"
+        )
+    (key, info), = signature.inputs.items()
+    if info.dtype == "string":
+        return {key: np.array([body], dtype=object)}
+    shape = info.shape
+    if shape is None or len(shape) not in (3, 4):
+        raise InvalidInput(
+            f"input '{key}' of signature '{signature.name}' has shape {shape}; an image body needs a "
+            "string input (encoded bytes) or an image tensor [batch, height, width, channels]"
+        )
+    dims = shape[1:] if len(shape) == 4 else shape
+    height, width, channels = dims
+    image = decode_image(body, channels or 3)
+    if height and width and image.shape[:2] != (height, width):
+        from PIL import Image
+
+        resized = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).resize(
+            (width, height), Image.BILINEAR
+        )
+        image = np.asarray(resized).reshape(height, width, -1)
+    array = image.astype(np.float32) / 255.0 if info.dtype.startswith("float") else image.astype(info.dtype)
+    return {key: array[np.newaxis, ...] if len(shape) == 4 else array}
+
+
+def decode_image(body: bytes, channels: int) -> np.ndarray:
+    """JPEG/PNG/... bytes -> uint8 array [H, W, channels]."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(body)) as img:
+            mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
+            if mode is None:
+                raise InvalidInput(f"cannot decode an image into {channels} channels (expected 1, 3 or 4)")
+            array = np.asarray(img.convert(mode))
+    except (UnidentifiedImageError, OSError) as exc:
+        raise InvalidInput(f"body is not a decodable image ({len(body)} bytes): {exc}") from exc
+    return array.reshape(array.shape[0], array.shape[1], channels)

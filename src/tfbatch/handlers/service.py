@@ -1,0 +1,223 @@
+"""One invocation, end to end: what ``POST /invocations`` does, shared by serving and batch jobs.
+
+The order is fixed: resolve target -> (handler | input_handler -> model -> output_handler |
+default handling) -> (body, content type). In pair mode the model call happens in-process,
+with no HTTP hop, and ``output_handler`` still receives a real ``requests.Response``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from tfbatch.errors import HandlerError, InvalidInput, TfbatchError, from_exception
+from tfbatch.handlers import defaults
+from tfbatch.handlers.context import METHODS, Context, parse_custom_attributes, rest_uri
+from tfbatch.handlers.user_code import UserHandlers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InvocationRequest:
+    body: bytes
+    content_type: str | None = "application/json"
+    accept: str | None = "application/json"
+    custom_attributes: str | None = None
+    # Explicit routing (e.g. from a TFS URL); custom attributes fill what is left as None.
+    model_name: str | None = None
+    model_version: str | None = None
+    method: str | None = None
+
+
+@dataclass
+class InvocationResponse:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @classmethod
+    def from_error(cls, err: TfbatchError) -> "InvocationResponse":
+        return cls(status=err.status, body=err.to_json())
+
+
+class _Body(io.BytesIO):
+    """The ``data`` argument: a stream whose ``read()`` returns the request body."""
+
+
+class InferenceService:
+    """Runs invocations against a ModelServer, with or without a user script.
+
+    ``rest_port``/``grpc_port`` are live loopback TFS endpoints backed by the same model server,
+    so that scripts which POST to ``context.rest_uri`` or call ``context.grpc_port`` work.
+    """
+
+    def __init__(
+        self,
+        model_server: Any,
+        handlers: UserHandlers | None = None,
+        *,
+        rest_port: int | None = None,
+        grpc_port: int | None = None,
+        grpc_max_message_bytes: int = 512 * 1024 * 1024,
+    ):
+        self.model_server = model_server
+        self.handlers = handlers
+        self.rest_port = rest_port
+        self.grpc_port = grpc_port
+        self._grpc_max = grpc_max_message_bytes
+        self._channel = None
+        self._channel_lock = threading.Lock()
+
+    # -- routing ---------------------------------------------------------------------------
+    def _target(self, req: InvocationRequest) -> tuple[str, str | None, str, dict[str, str]]:
+        attrs = parse_custom_attributes(req.custom_attributes)
+        name = req.model_name or attrs.get("tfs-model-name") or self.model_server.resolve(None).name
+        version = req.model_version or attrs.get("tfs-model-version") or None
+        method = req.method or attrs.get("tfs-method") or "predict"
+        if method not in METHODS:
+            raise InvalidInput(f"tfs-method '{method}' is not supported; expected one of {', '.join(METHODS)}")
+        return name, version, method, attrs
+
+    def _context(self, req: InvocationRequest, name: str, version: str | None, method: str) -> Context:
+        return Context(
+            model_name=name,
+            model_version=version,
+            method=method,
+            rest_uri=rest_uri(self.rest_port, name, version, method),
+            grpc_port=self.grpc_port,
+            channel=self.channel,
+            custom_attributes=req.custom_attributes,
+            request_content_type=req.content_type or "application/json",
+            accept_header=req.accept or "application/json",
+            content_length=len(req.body),
+        )
+
+    @property
+    def channel(self):
+        """A gRPC channel to the loopback PredictionService, created on first use."""
+        if self.grpc_port is None:
+            return None
+        with self._channel_lock:
+            if self._channel is None:
+                import grpc
+
+                self._channel = grpc.insecure_channel(
+                    f"localhost:{self.grpc_port}",
+                    options=[
+                        ("grpc.max_send_message_length", self._grpc_max),
+                        ("grpc.max_receive_message_length", self._grpc_max),
+                    ],
+                )
+            return self._channel
+
+    # -- invocation ------------------------------------------------------------------------
+    def invoke(self, req: InvocationRequest) -> InvocationResponse:
+        """Never raises: every failure becomes a response carrying its status and message."""
+        try:
+            name, version, method, _ = self._target(req)
+            if self.handlers is None:
+                return self._invoke_default(req, name, version, method)
+            ctx = self._context(req, name, version, method)
+            if self.handlers.mode == "handler":
+                result = self._call_user("handler", self.handlers.handler, _Body(req.body), ctx)
+            else:
+                processed = self._call_user("input_handler", self.handlers.input_handler, _Body(req.body), ctx)
+                response = self.local_post(processed, ctx)
+                result = self._call_user("output_handler", self.handlers.output_handler, response, ctx)
+            return self._user_result(result)
+        except TfbatchError as err:
+            return InvocationResponse.from_error(err)
+        except Exception as exc:  # defensive: nothing escapes a request
+            log.exception("invocation failed")
+            return InvocationResponse.from_error(from_exception(exc))
+
+    @staticmethod
+    def _call_user(hook: str, fn, arg, ctx: Context):
+        try:
+            return fn(arg, ctx)
+        except TfbatchError:
+            raise
+        except Exception as exc:
+            # The container answers {"error": str(e)}; the log names the hook that broke.
+            log.info("%s raised %s: %s", hook, type(exc).__name__, exc)
+            raise HandlerError(str(exc)) from exc
+
+    @staticmethod
+    def _user_result(result: Any) -> InvocationResponse:
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise HandlerError(
+                f"handler must return a (body, content_type) tuple, got {type(result).__name__}"
+            )
+        body, content_type = result
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif body is None:
+            body = b""
+        elif not isinstance(body, (bytes, bytearray, memoryview)):
+            raise HandlerError(
+                f"handler must return the body as bytes or str, got {type(body).__name__}"
+            )
+        return InvocationResponse(status=200, body=bytes(body), content_type=str(content_type))
+
+    def _invoke_default(self, req, name, version, method) -> InvocationResponse:
+        if defaults.is_image(req.content_type):
+            if method != "predict":
+                raise InvalidInput(f"an image body can only be sent to predict, not {method}")
+            from tfbatch.runtime import encode_predict
+
+            servable = self.model_server.resolve(name, version)
+            sig = servable.signatures[servable.default_signature]
+            outputs = self.model_server.run(defaults.image_inputs(req.body, sig), name, version, sig.name)
+            result = encode_predict(outputs, "row", sig)
+        else:
+            body = defaults.json_request(req.body, req.content_type)
+            result = self._call_model(body, name, version, method)
+        return InvocationResponse(status=200, body=json.dumps(result).encode())
+
+    def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:
+        fn = {"predict": self.model_server.predict, "classify": self.model_server.classify,
+              "regress": self.model_server.regress}[method]
+        return fn(body, name, version)
+
+    def local_post(self, data: Any, ctx: Context) -> requests.Response:
+        """What ``requests.post(ctx.rest_uri, data=data)`` would return, without the HTTP hop."""
+        try:
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                data = bytes(data).decode("utf-8")
+            if isinstance(data, str):
+                try:
+                    data = json.loads(data)
+                except json.JSONDecodeError as exc:
+                    raise InvalidInput(f"input_handler returned a body that is not valid JSON: {exc}") from exc
+            if not isinstance(data, dict):
+                raise InvalidInput(
+                    f"input_handler must return a JSON object for the model, got {type(data).__name__}"
+                )
+            status, content = 200, json.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
+        except TfbatchError as err:
+            status, content = err.status, json.dumps(err.to_dict())
+        return _make_response(status, content.encode(), ctx.rest_uri)
+
+
+def _make_response(status: int, content: bytes, url: str | None) -> requests.Response:
+    response = requests.Response()
+    response.status_code = status
+    response._content = content
+    response.encoding = "utf-8"
+    response.headers["Content-Type"] = "application/json"
+    response.headers["Content-Length"] = str(len(content))
+    response.reason = requests.status_codes._codes.get(status, ("",))[0].upper().replace("_", " ")
+    response.url = url or ""
+    return response

@@ -1,0 +1,82 @@
+"""Everything one worker needs to answer invocations, built in a fixed order.
+
+artifact -> ModelServer -> (user script) -> loopback TFS endpoints -> InferenceService.
+Serving and batch jobs both build this; loopback endpoints are started only when a user
+script exists, since only scripts POST to ``context.rest_uri`` or dial ``context.grpc_port``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tfbatch.handlers.service import InferenceService
+from tfbatch.handlers.user_code import load_handlers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServiceStack:
+    artifact: Any
+    model_server: Any
+    service: InferenceService
+    endpoints: Any = None
+
+    def close(self) -> None:
+        if self.endpoints is not None:
+            self.endpoints.stop()
+        self.model_server.close()
+
+    def __enter__(self) -> "ServiceStack":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def build_stack(
+    model_uri: str,
+    settings: Any = None,
+    *,
+    install_requirements: bool = False,
+    env: Mapping[str, str] | None = None,
+    loopback: bool = True,
+    workdir: str | None = None,
+) -> ServiceStack:
+    """Open ``model_uri`` and make a ready InferenceService.
+
+    ``env`` is exported before the user script is imported, so module-level code sees it
+    (SageMaker passes a job's Environment to the container the same way).
+    """
+    from tfbatch.artifact import open_artifact
+    from tfbatch.runtime import ModelServer, RuntimeSettings, configure_threads
+
+    if env:
+        os.environ.update(env)
+    settings = settings or RuntimeSettings.from_env()
+    configure_threads(settings)
+    artifact = open_artifact(model_uri, workdir=workdir)
+    model_server = ModelServer.from_artifact(artifact, settings)
+    try:
+        handlers = None
+        if artifact.inference_script is not None:
+            handlers = load_handlers(artifact.inference_script, install=install_requirements)
+            log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
+        endpoints = None
+        if handlers is not None and loopback:
+            from tfbatch.serve.loopback import LoopbackEndpoints
+
+            endpoints = LoopbackEndpoints(model_server).start()
+        service = InferenceService(
+            model_server,
+            handlers,
+            rest_port=endpoints.rest_port if endpoints else None,
+            grpc_port=endpoints.grpc_port if endpoints else None,
+        )
+    except BaseException:
+        model_server.close()
+        raise
+    return ServiceStack(artifact=artifact, model_server=model_server, service=service, endpoints=endpoints)

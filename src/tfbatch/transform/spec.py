@@ -1,0 +1,159 @@
+"""The transform job specification, named after SageMaker's CreateTransformJob.
+
+One typed object read from CLI flags, a CreateTransformJob request JSON, or Python keyword
+arguments. Flags override the JSON; the model always comes from ``model``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from tfbatch.errors import JobSpecError
+
+SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
+BatchStrategy = Literal["SingleRecord", "MultiRecord"]
+AssembleWith = Literal["None", "Line"]
+Compression = Literal["None", "Gzip"]
+JoinSource = Literal["None", "Input"]
+OnError = Literal["continue", "fail-object"]
+
+
+class TransformSpec(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    model: str = Field(description="model.tar.gz or model directory, local path or URI")
+    input: str | None = Field(default=None, description="S3Prefix-style input prefix (path or URI)")
+    manifest: str | None = Field(default=None, description="ManifestFile URI instead of a prefix")
+    output: str
+    content_type: str | None = None
+    compression: Compression = "None"
+    split_type: SplitType = "None"
+    batch_strategy: BatchStrategy = "SingleRecord"
+    max_payload_mb: int = Field(default=6, ge=0, le=100)
+    max_concurrent_transforms: int | None = Field(default=None, ge=1)
+    accept: str | None = None
+    assemble_with: AssembleWith = "None"
+    instance_count: int = Field(default=1, ge=1)
+    input_filter: str | None = None
+    output_filter: str | None = None
+    join_source: JoinSource = "None"
+    env: dict[str, str] = Field(default_factory=dict)
+    invocations_timeout: int = Field(default=600, ge=1, le=3600)
+    invocations_max_retries: int = Field(default=3, ge=0, le=3)
+    # Beyond SageMaker: batching across requests and files, error policy, user-requested installs.
+    max_batch_size: int = Field(default=32, ge=1)
+    batch_timeout_ms: float = Field(default=5.0, ge=0)
+    on_error: OnError = "continue"
+    install_requirements: bool = False
+    engine: str = "local"
+
+    @field_validator("env")
+    @classmethod
+    def _env_limit(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 16:
+            raise ValueError(f"Environment holds at most 16 entries (SageMaker's limit), got {len(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TransformSpec":
+        if bool(self.input) == bool(self.manifest):
+            raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
+        return self
+
+    @property
+    def max_payload_bytes(self) -> int | None:
+        return None if self.max_payload_mb == 0 else self.max_payload_mb * 1024 * 1024
+
+    def container_env(self) -> dict[str, str]:
+        """What the model container sees in a batch job, as SageMaker sets it."""
+        env = dict(self.env)
+        env.update(
+            SAGEMAKER_BATCH="true",
+            SAGEMAKER_MAX_PAYLOAD_IN_MB=str(self.max_payload_mb),
+            SAGEMAKER_BATCH_STRATEGY="MULTI_RECORD" if self.batch_strategy == "MultiRecord" else "SINGLE_RECORD",
+        )
+        if self.max_concurrent_transforms:
+            env["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = str(self.max_concurrent_transforms)
+        return env
+
+    @classmethod
+    def build(cls, **kwargs: Any) -> "TransformSpec":
+        """Validate, turning pydantic's errors into one JobSpecError that names each bad field."""
+        try:
+            return cls(**kwargs)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'job'}: {err['msg']}" for err in exc.errors()
+            )
+            raise JobSpecError(f"invalid transform job: {problems}") from None
+
+
+def _get(d: dict, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]:
+    """Map a CreateTransformJob request (dict, JSON text or file) to TransformSpec fields.
+
+    Returns only the fields the request sets, so that CLI flags can override them.
+    """
+    if isinstance(request, (str, Path)) and not str(request).lstrip().startswith("{"):
+        try:
+            request = Path(request).read_text()
+        except OSError as exc:
+            raise JobSpecError(f"cannot read job file {request}: {exc}") from exc
+    if isinstance(request, str):
+        try:
+            request = json.loads(request)
+        except json.JSONDecodeError as exc:
+            raise JobSpecError(f"job file is not valid JSON (expected a CreateTransformJob request): {exc}") from exc
+    if not isinstance(request, dict):
+        raise JobSpecError("a CreateTransformJob request must be a JSON object")
+
+    fields: dict[str, Any] = {}
+    ds = _get(request, "TransformInput", "DataSource", "S3DataSource") or {}
+    uri, data_type = ds.get("S3Uri"), ds.get("S3DataType", "S3Prefix")
+    if uri:
+        if data_type == "ManifestFile":
+            fields["manifest"] = uri
+        elif data_type == "S3Prefix":
+            fields["input"] = uri
+        else:
+            raise JobSpecError(f"S3DataType '{data_type}' is not supported; expected S3Prefix or ManifestFile")
+    mapping = {
+        ("TransformInput", "ContentType"): "content_type",
+        ("TransformInput", "CompressionType"): "compression",
+        ("TransformInput", "SplitType"): "split_type",
+        ("BatchStrategy",): "batch_strategy",
+        ("MaxPayloadInMB",): "max_payload_mb",
+        ("MaxConcurrentTransforms",): "max_concurrent_transforms",
+        ("TransformOutput", "S3OutputPath"): "output",
+        ("TransformOutput", "Accept"): "accept",
+        ("TransformOutput", "AssembleWith"): "assemble_with",
+        ("TransformResources", "InstanceCount"): "instance_count",
+        ("DataProcessing", "InputFilter"): "input_filter",
+        ("DataProcessing", "OutputFilter"): "output_filter",
+        ("DataProcessing", "JoinSource"): "join_source",
+        ("Environment",): "env",
+        ("ModelClientConfig", "InvocationsTimeoutInSeconds"): "invocations_timeout",
+        ("ModelClientConfig", "InvocationsMaxRetries"): "invocations_max_retries",
+    }
+    for path, name in mapping.items():
+        value = _get(request, *path)
+        if value is not None:
+            fields[name] = value
+    return fields
+
+
+def default_concurrency() -> int:
+    """What /execution-parameters would answer when MaxConcurrentTransforms is unset."""
+    return max(1, (os.cpu_count() or 1) * 2)
