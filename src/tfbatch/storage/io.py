@@ -1,0 +1,307 @@
+"""Reading and writing whole objects, with retries and all-or-nothing writes.
+
+An output object must never be seen half-written: the ledger and a resumed job treat "the
+object exists" as "the object is done". Locally that is a temporary file renamed over the
+target; on S3 it is one PUT, or a multipart upload completed only after the last part
+(and aborted on any error, so no parts linger to be billed).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
+
+from tfbatch.errors import NotFound
+from tfbatch.storage.retry import is_transient, retry
+from tfbatch.storage.uri import LOCAL, get_fs, normalize, protocol_of, split_s3
+
+__all__ = [
+    "ObjectNotFound",
+    "open_read",
+    "read_bytes",
+    "read_text",
+    "atomic_write",
+    "write_text",
+    "exists",
+    "delete",
+    "retry",
+    "is_transient",
+    "MULTIPART_CHUNK",
+]
+
+# S3 refuses parts under 5 MiB (except the last); bigger parts mean fewer requests.
+MULTIPART_CHUNK = 8 * 1024 * 1024
+_READ_BLOCK = 8 * 1024 * 1024
+
+
+class ObjectNotFound(NotFound, FileNotFoundError):
+    """The object does not exist (catchable as either NotFound or FileNotFoundError)."""
+
+
+def _not_found(uri: str, exc: BaseException) -> ObjectNotFound:
+    err = ObjectNotFound(f"object '{uri}' does not exist")
+    err.__cause__ = exc
+    return err
+
+
+def _open_raw(uri: str) -> BinaryIO:
+    fs, path = get_fs(uri)
+    try:
+        if protocol_of(uri) == "s3":
+            # s3fs defaults to 50 MiB read-ahead blocks; many workers x that is too much memory.
+            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK))
+        return retry(lambda: fs.open(path, "rb"))
+    except FileNotFoundError as exc:
+        raise _not_found(uri, exc) from exc
+
+
+class _RetryingReader(io.RawIOBase):
+    """A read-only stream that reopens at the current offset after a transient failure."""
+
+    def __init__(self, uri: str, attempts: int = 5):
+        super().__init__()
+        self._uri = uri
+        self._attempts = attempts
+        self._pos = 0
+        self._f: BinaryIO | None = _open_raw(uri)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        assert self._f is not None
+        self._pos = self._f.seek(offset, whence)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        for attempt in range(self._attempts):
+            try:
+                if self._f is None:
+                    self._f = _open_raw(self._uri)
+                    self._f.seek(self._pos)
+                data = self._f.read(len(view))
+                break
+            except Exception as exc:
+                if attempt == self._attempts - 1 or not is_transient(exc):
+                    raise
+                self._drop()
+        n = len(data)
+        view[:n] = data
+        self._pos += n
+        return n
+
+    def _drop(self) -> None:
+        f, self._f = self._f, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+def open_read(uri: str, buffer_size: int = 1024 * 1024) -> BinaryIO:
+    """A buffered binary stream over ``uri``; raises ObjectNotFound if it does not exist."""
+    uri = normalize(uri)
+    if protocol_of(uri) == LOCAL:
+        try:
+            return open(uri, "rb", buffering=buffer_size)  # noqa: SIM115 - caller closes
+        except FileNotFoundError as exc:
+            raise _not_found(uri, exc) from exc
+    return io.BufferedReader(_RetryingReader(uri), buffer_size=buffer_size)  # type: ignore[return-value]
+
+
+def read_bytes(uri: str) -> bytes:
+    uri = normalize(uri)
+    fs, path = get_fs(uri)
+    try:
+        return retry(lambda: fs.cat_file(path))
+    except FileNotFoundError as exc:
+        raise _not_found(uri, exc) from exc
+
+
+def read_text(uri: str, encoding: str = "utf-8") -> str:
+    return read_bytes(uri).decode(encoding)
+
+
+def _chunks(data: bytes | bytearray | memoryview | Iterable[bytes]) -> Iterator[bytes]:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        yield bytes(data)
+    else:
+        for chunk in data:
+            if chunk:
+                yield bytes(chunk)
+
+
+def _atomic_write_local(path: str, data: Any) -> None:
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{secrets.token_hex(6)}")
+    # os.open with 0o666 lets the umask decide permissions, as a plain open() would.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in _chunks(data):
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Make the rename itself durable.
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _atomic_write_s3(uri: str, data: Any, chunk_size: int) -> None:
+    fs, _ = get_fs(uri)
+    bucket, key = split_s3(uri)
+    chunks = _chunks(data)
+    buf = bytearray()
+    upload_id: str | None = None
+    parts: list[dict[str, Any]] = []
+
+    def put_part(body: bytes) -> None:
+        number = len(parts) + 1
+        resp = retry(
+            lambda: fs.call_s3(
+                "upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+            )
+        )
+        parts.append({"PartNumber": number, "ETag": resp["ETag"]})
+
+    try:
+        for chunk in chunks:
+            buf += chunk
+            while len(buf) >= chunk_size:
+                if upload_id is None:
+                    upload_id = retry(lambda: fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key))[
+                        "UploadId"
+                    ]
+                put_part(bytes(buf[:chunk_size]))
+                del buf[:chunk_size]
+        if upload_id is None:
+            body = bytes(buf)
+            retry(lambda: fs.call_s3("put_object", Bucket=bucket, Key=key, Body=body))
+        else:
+            if buf:
+                put_part(bytes(buf))
+            retry(
+                lambda: fs.call_s3(
+                    "complete_multipart_upload",
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+            )
+    except BaseException:
+        if upload_id is not None:
+            try:
+                fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+            except Exception:
+                pass  # the original error matters more; a lifecycle rule cleans leftovers
+        raise
+    finally:
+        fs.invalidate_cache(f"{bucket}/{key}")
+
+
+def atomic_write(
+    uri: str,
+    data: bytes | bytearray | memoryview | Iterable[bytes],
+    *,
+    chunk_size: int = MULTIPART_CHUNK,
+) -> None:
+    """Write ``data`` to ``uri`` so the object appears only once complete.
+
+    ``data`` may be bytes or an iterable of byte chunks (consumed once). If the iterable
+    raises, nothing is left at ``uri`` (a previous object there stays as it was).
+    """
+    uri = normalize(uri)
+    proto = protocol_of(uri)
+    if proto == LOCAL:
+        _atomic_write_local(uri, data)
+    elif proto == "s3":
+        if chunk_size < 5 * 1024 * 1024:
+            raise ValueError(f"chunk_size: S3 parts must be >= 5 MiB, got {chunk_size}")
+        _atomic_write_s3(uri, data, chunk_size)
+    else:
+        # Other fsspec backends: gather first, then one put, so a failing iterable writes nothing.
+        body = b"".join(_chunks(data))
+        fs, path = get_fs(uri)
+        parent = fs._parent(path)
+        if parent:
+            fs.makedirs(parent, exist_ok=True)
+        retry(lambda: fs.pipe_file(path, body))
+
+
+def write_text(uri: str, text: str, encoding: str = "utf-8") -> None:
+    atomic_write(uri, text.encode(encoding))
+
+
+def exists(uri: str) -> bool:
+    """Whether an object (a file, not a folder or a key prefix) exists at ``uri``."""
+    uri = normalize(uri)
+    proto = protocol_of(uri)
+    if proto == LOCAL:
+        return os.path.isfile(uri)
+    fs, path = get_fs(uri)
+    if proto == "s3":
+        bucket, key = split_s3(uri)
+        if not key or key.endswith("/"):
+            return False
+        try:
+            retry(lambda: fs.call_s3("head_object", Bucket=bucket, Key=key))
+            return True
+        except FileNotFoundError:
+            return False
+    return bool(retry(lambda: fs.isfile(path)))
+
+
+def delete(uri: str, *, missing_ok: bool = True) -> None:
+    """Delete one object; a missing object is fine unless ``missing_ok`` is False."""
+    uri = normalize(uri)
+    if not missing_ok and not exists(uri):
+        raise ObjectNotFound(f"object '{uri}' does not exist")
+    proto = protocol_of(uri)
+    if proto == LOCAL:
+        try:
+            os.unlink(uri)
+        except FileNotFoundError:
+            pass
+        return
+    fs, path = get_fs(uri)
+    if proto == "s3":
+        bucket, key = split_s3(uri)
+        retry(lambda: fs.call_s3("delete_object", Bucket=bucket, Key=key))
+        fs.invalidate_cache(path)
+        return
+    try:
+        retry(lambda: fs.rm_file(path))
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,204 @@
+"""Input listing: every object under an S3Prefix, or the objects a ManifestFile names.
+
+Listing streams: a prefix with 100,000 objects yields its first object after one
+ListObjectsV2 page, so planning and reading start while the rest is still being listed.
+Keys come out in S3's order (lexicographic by key) on every backend, which keeps
+partitioning by key deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tfbatch.errors import JobSpecError
+from tfbatch.storage.io import ObjectNotFound, read_bytes
+from tfbatch.storage.retry import retry
+from tfbatch.storage.uri import LOCAL, dirname_prefix, get_fs, join, normalize, protocol_of, split_s3
+
+DEFAULT_PAGE_SIZE = 1000  # S3's own maximum for ListObjectsV2
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """One input object. ``key`` is relative to the listed prefix and names its output."""
+
+    uri: str
+    key: str
+    size: int | None = None
+
+
+def list_prefix(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[ObjectRef]:
+    """Every object whose location starts with ``prefix_uri``, in key order, streamed.
+
+    S3 (and other remote stores): a plain string prefix, so ``s3://b/data/img`` matches
+    ``data/img1.jpg`` and ``data/img/a.jpg``. Keys are relative to the prefix's folder part
+    (``img1.jpg``, ``img/a.jpg``). Local paths: an existing folder lists everything below
+    it (keys relative to it); anything else is a file-name prefix within its parent folder.
+    Keys ending in '/' (folder markers made by consoles) are skipped.
+    """
+    for page in iter_pages(prefix_uri, page_size=page_size):
+        yield from page
+
+
+def iter_pages(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[list[ObjectRef]]:
+    """``list_prefix`` one page at a time (one ListObjectsV2 call per page on S3)."""
+    if page_size < 1:
+        raise ValueError(f"page_size: expected >= 1, got {page_size}")
+    prefix_uri = normalize(prefix_uri)
+    proto = protocol_of(prefix_uri)
+    if proto == "s3":
+        yield from _s3_pages(prefix_uri, page_size)
+        return
+    if proto == LOCAL:
+        refs = _local_walk(prefix_uri)
+    else:
+        refs = _fsspec_walk(prefix_uri)
+    page: list[ObjectRef] = []
+    for ref in refs:
+        page.append(ref)
+        if len(page) >= page_size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _s3_pages(prefix_uri: str, page_size: int) -> Iterator[list[ObjectRef]]:
+    fs, _ = get_fs(prefix_uri)
+    bucket, key_prefix = split_s3(prefix_uri)
+    folder = dirname_prefix(prefix_uri)
+    strip = len(folder) - len(f"s3://{bucket}/")
+    token: str | None = None
+    while True:
+        kwargs = {"Bucket": bucket, "Prefix": key_prefix, "MaxKeys": page_size}
+        if token:
+            kwargs["ContinuationToken"] = token
+        try:
+            resp = retry(lambda: fs.call_s3("list_objects_v2", **kwargs))
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(f"bucket '{bucket}' of prefix '{prefix_uri}' does not exist") from exc
+        # S3 already returns keys in order; sorting again costs little and makes other
+        # S3-compatible servers behave the same.
+        contents = sorted(resp.get("Contents", []), key=lambda o: o["Key"])
+        page = [
+            ObjectRef(uri=f"s3://{bucket}/{o['Key']}", key=o["Key"][strip:], size=o.get("Size"))
+            for o in contents
+            if not o["Key"].endswith("/")
+        ]
+        if page:
+            yield page
+        token = resp.get("NextContinuationToken")
+        if not resp.get("IsTruncated") or not token:
+            return
+
+
+def _local_walk(prefix: str) -> Iterator[ObjectRef]:
+    if os.path.isdir(prefix):
+        root = prefix.rstrip("/") or "/"
+        name_prefix = ""
+    else:
+        root, name_prefix = os.path.split(prefix)
+        if not os.path.isdir(root):
+            return
+    root_uri = root if root.endswith("/") else root + "/"
+    yield from _scan(root, "", name_prefix, root_uri, set())
+
+
+def _scan(folder: str, rel: str, name_prefix: str, root_uri: str, seen: set[tuple[int, int]]) -> Iterator[ObjectRef]:
+    st = os.stat(folder)
+    ident = (st.st_dev, st.st_ino)
+    if ident in seen:  # a symlink loop
+        return
+    seen = seen | {ident}
+    entries: list[tuple[str, os.DirEntry[str], bool]] = []
+    with os.scandir(folder) as it:
+        for entry in it:
+            if name_prefix and not entry.name.startswith(name_prefix):
+                continue
+            try:
+                is_dir = entry.is_dir()
+                if not is_dir and not entry.is_file():
+                    continue  # sockets, fifos, dangling links
+            except OSError:
+                continue
+            # Sorting a folder as "name/" makes the walk produce the same order as S3 lists
+            # full keys: "a-b" (0x2d) before "a/x" (0x2f) before "a0".
+            entries.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
+    entries.sort(key=lambda e: e[0])
+    for sort_name, entry, is_dir in entries:
+        key = rel + sort_name
+        if is_dir:
+            yield from _scan(entry.path, key, "", root_uri, seen)
+        else:
+            try:
+                size = entry.stat().st_size
+            except OSError:
+                size = None
+            yield ObjectRef(uri=root_uri + key, key=key, size=size)
+
+
+def _fsspec_walk(prefix_uri: str) -> Iterator[ObjectRef]:
+    fs, path = get_fs(prefix_uri)
+    if fs.isdir(path):
+        folder_uri = prefix_uri if prefix_uri.endswith("/") else prefix_uri + "/"
+        base, name_prefix = path.rstrip("/"), ""
+    else:
+        folder_uri = dirname_prefix(prefix_uri)
+        base, _, name_prefix = path.rpartition("/")
+    if not base or not fs.isdir(base):
+        return
+    found = fs.find(base, detail=True)
+    base_len = len(base.rstrip("/")) + 1
+    for name in sorted(found):
+        info = found[name]
+        key = name[base_len:]
+        if info.get("type") != "file" or not key.startswith(name_prefix) or key.endswith("/"):
+            continue
+        yield ObjectRef(uri=folder_uri + key, key=key, size=info.get("size"))
+
+
+def read_manifest(uri: str) -> tuple[str, list[str]]:
+    """Parse a ManifestFile: ``[{"prefix": "s3://b/p/"}, "key1", "sub/key2", ...]``.
+
+    Returns ``(prefix, keys)``. Keys are joined to the prefix with '/' when the prefix does
+    not end with one. Raises JobSpecError naming what was expected.
+    """
+    where = f"manifest '{uri}'"
+    try:
+        raw = read_bytes(uri)
+    except ObjectNotFound as exc:
+        raise JobSpecError(f"{where}: file does not exist") from exc
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JobSpecError(f'{where}: expected a JSON array like [{{"prefix": "s3://bucket/p/"}}, "key", ...], got invalid JSON: {exc}') from exc
+    if not isinstance(doc, list):
+        raise JobSpecError(f'{where}: expected a JSON array like [{{"prefix": "s3://bucket/p/"}}, "key", ...], got {type(doc).__name__}')
+    if not doc:
+        raise JobSpecError(f'{where}: expected a first element {{"prefix": "..."}}, got an empty array')
+    head = doc[0]
+    if not isinstance(head, dict) or not isinstance(head.get("prefix"), str) or not head["prefix"]:
+        raise JobSpecError(f'{where}: expected the first element to be {{"prefix": "s3://bucket/p/"}}, got {json.dumps(head)[:200]}')
+    prefix = head["prefix"]
+    keys: list[str] = []
+    seen: set[str] = set()
+    for index, key in enumerate(doc[1:], start=1):
+        if not isinstance(key, str) or not key:
+            raise JobSpecError(f"{where}: element {index}: expected a non-empty key string, got {json.dumps(key)[:200]}")
+        if key.startswith("/") or ".." in key.split("/") or key.endswith("/"):
+            raise JobSpecError(f"{where}: element {index}: expected an object key relative to the prefix (no leading '/', no '..', not a folder), got '{key}'")
+        if key in seen:
+            raise JobSpecError(f"{where}: element {index}: key '{key}' is listed twice; each object may appear once")
+        seen.add(key)
+        keys.append(key)
+    return prefix, keys
+
+
+def list_manifest(uri: str) -> Iterator[ObjectRef]:
+    """The objects a ManifestFile names, in manifest order; sizes are not looked up."""
+    prefix, keys = read_manifest(uri)
+    for key in keys:
+        yield ObjectRef(uri=normalize(join(prefix, key)), key=key, size=None)
