@@ -1,0 +1,371 @@
+"""Split one (decompressed) input object into records: None, Line, RecordIO, TFRecord.
+
+Splitters stream: they read the object in chunks and hold at most one record plus one
+chunk, so a multi-GB TFRecord shard costs no more memory than its largest record.
+
+Corruption never escapes as an exception. A record whose framing is intact but whose
+payload is damaged (TFRecord data CRC) comes back with ``error`` set and splitting goes
+on; damage to the framing itself (length CRC, RecordIO magic, truncation) cannot be
+resynchronised, so one error record is yielded and the iterator ends.
+
+Empty lines (``\\n`` or ``\\r\\n`` alone) are not records: SageMaker's documentation
+says nothing on them and an empty request body is never useful to a model, so they are
+skipped; ``Record.index`` counts records yielded, ``Record.offset`` keeps the true byte
+position. An empty object yields no records for every split type.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO, Iterable, Iterator
+
+from tfbatch.errors import InvalidInput, JobSpecError, RecordError, TfbatchError
+from tfbatch.records.crc32c import masked_crc32c
+
+SPLIT_TYPES = (None, "Line", "RecordIO", "TFRecord")
+DEFAULT_CHUNK = 1 << 20
+# Bounds a single read() so a corrupt-but-CRC-valid length cannot make us allocate it.
+_MAX_READ = 64 << 20
+
+RECORDIO_MAGIC = 0xCED7230A
+RECORDIO_MAGIC_BYTES = struct.pack("<I", RECORDIO_MAGIC)
+_RECORDIO_LEN_MASK = (1 << 29) - 1
+_TFRECORD_HEADER = struct.Struct("<QI")
+_U32 = struct.Struct("<I")
+_RECORDIO_HEADER = struct.Struct("<II")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of an input object.
+
+    ``offset`` is the byte position of the record's framing in the decompressed object,
+    ``data`` the payload with framing stripped, ``raw`` the bytes exactly as framed in the
+    object (what MultiRecord payloads concatenate). With ``error`` set, data/raw hold
+    whatever could be recovered (possibly b"").
+    """
+
+    index: int
+    offset: int
+    data: bytes
+    raw: bytes
+    error: TfbatchError | None = None
+
+
+def normalize_split_type(split_type: str | None) -> str | None:
+    if split_type is None or split_type == "None":
+        return None
+    for known in SPLIT_TYPES[1:]:
+        if split_type.lower() == known.lower():
+            return known
+    raise JobSpecError(
+        f"SplitType {split_type!r} is not supported: expected one of None, Line, RecordIO, TFRecord"
+    )
+
+
+def where(source: str, index: int, offset: int) -> str:
+    """The prefix every record error message starts with."""
+    prefix = f"{source} " if source else ""
+    return f"{prefix}record {index} at byte {offset}"
+
+
+class _Cursor:
+    """Where the splitter is, so a stream failure can be reported at the right record."""
+
+    __slots__ = ("index", "offset")
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.offset = 0
+
+
+class _ChunkedSource:
+    """Buffered exact-size reads over any object with ``read(n)``."""
+
+    __slots__ = ("_stream", "_chunk", "_buf", "_pos", "offset")
+
+    def __init__(self, stream: BinaryIO, chunk_size: int):
+        self._stream = stream
+        self._chunk = chunk_size
+        self._buf = b""
+        self._pos = 0
+        self.offset = 0  # absolute offset of the next unread byte
+
+    def _fill(self, n: int) -> None:
+        have = len(self._buf) - self._pos
+        if have >= n:
+            return
+        pieces = [self._buf[self._pos :]] if have else []
+        while have < n:
+            data = self._stream.read(max(self._chunk, min(n - have, _MAX_READ)))
+            if not data:
+                break
+            pieces.append(data)
+            have += len(data)
+        self._buf = b"".join(pieces)
+        self._pos = 0
+
+    def peek(self, n: int) -> bytes:
+        self._fill(n)
+        return self._buf[self._pos : self._pos + n]
+
+    def take(self, n: int) -> bytes:
+        self._fill(n)
+        out = self._buf[self._pos : self._pos + n]
+        self._pos += len(out)
+        self.offset += len(out)
+        return out
+
+
+def _iter_whole(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+    pieces = []
+    while True:
+        data = stream.read(chunk)
+        if not data:
+            break
+        pieces.append(data)
+    body = b"".join(pieces)
+    if body:
+        yield Record(0, 0, body, body)
+
+
+def _iter_lines(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+    pending: list[bytes] = []  # pieces of a line that spans chunk boundaries
+    offset = 0  # absolute offset of the current line's first byte
+    index = 0
+    while True:
+        cur.index, cur.offset = index, offset
+        block = stream.read(chunk)
+        if not block:
+            break
+        pos = 0
+        find = block.find
+        while True:
+            nl = find(b"\n", pos)
+            if nl < 0:
+                if pos < len(block):
+                    pending.append(block[pos:])
+                break
+            raw = block[pos : nl + 1]
+            if pending:
+                pending.append(raw)
+                raw = b"".join(pending)
+                pending.clear()
+            pos = nl + 1
+            end = -2 if raw.endswith(b"\r\n") else -1
+            if len(raw) + end > 0:
+                yield Record(index, offset, raw[:end], raw)
+                index += 1
+            offset += len(raw)
+            cur.index, cur.offset = index, offset
+    if pending:
+        raw = b"".join(pending)
+        data = raw[:-1] if raw.endswith(b"\r") else raw
+        if data:
+            yield Record(index, offset, data, raw)
+
+
+def _iter_tfrecord(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+    src = _ChunkedSource(stream, chunk)
+    index = 0
+    while True:
+        offset = src.offset
+        cur.index, cur.offset = index, offset
+        header = src.peek(12)
+        if not header:
+            return
+        at = where(source, index, offset)
+        if len(header) < 12:
+            msg = f"{at}: truncated TFRecord header (expected 12 bytes, got {len(header)})"
+            yield Record(index, offset, b"", header, RecordError(msg))
+            return
+        length, stored = _TFRECORD_HEADER.unpack(header)
+        computed = masked_crc32c(header[:8])
+        if computed != stored:
+            msg = (
+                f"{at}: length CRC32C mismatch (expected 0x{stored:08x}, computed "
+                f"0x{computed:08x}); the rest of the object cannot be framed"
+            )
+            yield Record(index, offset, b"", header, RecordError(msg))
+            return
+        raw = src.take(16 + length)
+        data = raw[12 : 12 + length]
+        if len(raw) < 16 + length:
+            msg = (
+                f"{at}: truncated TFRecord (expected {length} data bytes and a 4-byte CRC, "
+                f"got {len(raw) - 12} bytes before the end of the object)"
+            )
+            yield Record(index, offset, data, raw, RecordError(msg))
+            return
+        (stored,) = _U32.unpack_from(raw, 12 + length)
+        computed = masked_crc32c(data)
+        if computed != stored:
+            msg = (
+                f"{at}: data CRC32C mismatch (expected 0x{stored:08x}, computed 0x{computed:08x})"
+            )
+            yield Record(index, offset, data, raw, RecordError(msg))
+        else:
+            yield Record(index, offset, data, raw)
+        index += 1
+
+
+def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+    src = _ChunkedSource(stream, chunk)
+    index = 0
+    while True:
+        offset = src.offset
+        cur.index, cur.offset = index, offset
+        header = src.take(8)
+        if not header:
+            return
+        at = where(source, index, offset)
+        parts: list[bytes] = []
+        raws: list[bytes] = []
+        first = True
+        while True:
+            part_at = src.offset - len(header)
+            if len(header) < 8:
+                what = "a multi-part record ends before its last part (cflag 3)" if not header else (
+                    f"truncated RecordIO header at byte {part_at} (expected 8 bytes, got {len(header)})"
+                )
+                yield _recordio_error(index, offset, parts, raws, header, f"{at}: {what}")
+                return
+            magic, lrec = _RECORDIO_HEADER.unpack(header)
+            if magic != RECORDIO_MAGIC:
+                msg = (
+                    f"{at}: bad RecordIO magic number at byte {part_at} (expected "
+                    f"0x{RECORDIO_MAGIC:08x}, got 0x{magic:08x}); the rest of the object "
+                    "cannot be framed"
+                )
+                yield _recordio_error(index, offset, parts, raws, header, msg)
+                return
+            length, cflag = lrec & _RECORDIO_LEN_MASK, lrec >> 29
+            if (cflag not in (0, 1)) if first else (cflag not in (2, 3)):
+                expected = "0 or 1 (start of a record)" if first else "2 or 3 (continuation)"
+                msg = f"{at}: unexpected RecordIO cflag {cflag} at byte {part_at} (expected {expected})"
+                yield _recordio_error(index, offset, parts, raws, header, msg)
+                return
+            padded = (length + 3) & ~3
+            body = src.take(padded)
+            raws.append(header)
+            raws.append(body)
+            if len(body) < padded:
+                msg = (
+                    f"{at}: truncated RecordIO record (expected {padded} bytes after the header "
+                    f"at byte {part_at}, got {len(body)})"
+                )
+                parts.append(body[:length])
+                yield _recordio_error(index, offset, parts, raws, b"", msg)
+                return
+            parts.append(body if padded == length else body[:length])
+            if cflag in (0, 3):
+                break
+            # dmlc removed a magic number at each split point: put it back.
+            parts.append(RECORDIO_MAGIC_BYTES)
+            header = src.take(8)
+            first = False
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        raw = b"".join(raws)
+        yield Record(index, offset, data, raw)
+        index += 1
+
+
+def _recordio_error(
+    index: int, offset: int, parts: list[bytes], raws: list[bytes], tail: bytes, msg: str
+) -> Record:
+    return Record(index, offset, b"".join(parts), b"".join(raws) + tail, RecordError(msg))
+
+
+_SPLITTERS = {
+    None: _iter_whole,
+    "Line": _iter_lines,
+    "RecordIO": _iter_recordio,
+    "TFRecord": _iter_tfrecord,
+}
+
+
+def iter_records(
+    stream: BinaryIO,
+    split_type: str | None,
+    *,
+    source: str = "",
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Iterator[Record]:
+    """Records of one object, in order. Raises JobSpecError at once for an unknown split type."""
+    kind = normalize_split_type(split_type)
+    return _guarded(_SPLITTERS[kind], stream, source, chunk_size)
+
+
+def _guarded(splitter, stream: BinaryIO, source: str, chunk: int) -> Iterator[Record]:
+    # A RecordError raised by the stream itself (e.g. corrupt gzip) becomes the last record,
+    # so callers see one failure mode for every kind of damage.
+    cur = _Cursor()
+    try:
+        yield from splitter(stream, source, chunk, cur)
+    except RecordError as exc:
+        at = where(source, cur.index, cur.offset)
+        what = str(exc)
+        if source and what.startswith(f"{source}: "):
+            what = what[len(source) + 2 :]
+        yield Record(cur.index, cur.offset, b"", b"", RecordError(f"{at}: {what}"))
+
+
+# ---- writers: the inverse of the splitters (tests, benchmarks, dataset generation) ----
+
+
+def frame_tfrecord(data: bytes) -> bytes:
+    length = struct.pack("<Q", len(data))
+    return b"".join(
+        (length, _U32.pack(masked_crc32c(length)), data, _U32.pack(masked_crc32c(data)))
+    )
+
+
+def frame_recordio(data: bytes) -> bytes:
+    """dmlc's framing: the payload is split at every 4-byte-aligned magic number."""
+    n = len(data)
+    if n > _RECORDIO_LEN_MASK:
+        raise InvalidInput(f"RecordIO records must be smaller than 2**29 bytes, got {n}")
+    out: list[bytes] = []
+    dptr = 0
+    i = data.find(RECORDIO_MAGIC_BYTES)
+    while i >= 0:
+        if i % 4:
+            i = data.find(RECORDIO_MAGIC_BYTES, i + 1)
+            continue
+        out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, ((1 if dptr == 0 else 2) << 29) | (i - dptr)))
+        out.append(data[dptr:i])
+        dptr = i + 4
+        i = data.find(RECORDIO_MAGIC_BYTES, dptr)
+    out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, ((3 if dptr else 0) << 29) | (n - dptr)))
+    out.append(data[dptr:])
+    out.append(b"\0" * (-n % 4))
+    return b"".join(out)
+
+
+def frame_line(data: bytes) -> bytes:
+    if b"\n" in data:
+        raise InvalidInput("a Line record cannot contain a newline byte")
+    return data + b"\n"
+
+
+def frame_record(data: bytes, split_type: str | None) -> bytes:
+    kind = normalize_split_type(split_type)
+    if kind is None:
+        return bytes(data)
+    return _FRAMERS[kind](data)
+
+
+_FRAMERS = {"Line": frame_line, "RecordIO": frame_recordio, "TFRecord": frame_tfrecord}
+
+
+def write_tfrecord(records: Iterable[bytes]) -> bytes:
+    return b"".join(frame_tfrecord(r) for r in records)
+
+
+def write_recordio(records: Iterable[bytes]) -> bytes:
+    return b"".join(frame_recordio(r) for r in records)
+
+
+def write_lines(records: Iterable[bytes]) -> bytes:
+    return b"".join(frame_line(r) for r in records)

@@ -1,0 +1,145 @@
+"""BatchStrategy: group an object's records into request payloads, and split responses back.
+
+SingleRecord sends each record's payload with its framing stripped; MultiRecord sends as
+many whole consecutive records as fit under MaxPayloadInMB with their framing kept
+(COMPAT §7). A record is never split and never shares a payload with a damaged record, so
+one bad record costs exactly one error, not its neighbours' results.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from tfbatch.errors import JobSpecError, PayloadTooLarge, TfbatchError
+from tfbatch.records.framing import Record, where
+
+BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
+# Keys of TFS responses that hold one row per instance, in request order.
+_ROW_KEYS = ("predictions", "results")
+
+
+@dataclass
+class Payload:
+    records: list[Record]
+    body: bytes
+    error: TfbatchError | None = None
+
+    @property
+    def first_index(self) -> int:
+        return self.records[0].index
+
+
+def normalize_strategy(strategy: str | None) -> str:
+    key = (strategy or "MultiRecord").replace("_", "").lower()
+    for known in BATCH_STRATEGIES:
+        if key == known.lower():
+            return known
+    raise JobSpecError(
+        f"BatchStrategy {strategy!r} is not supported: expected SingleRecord or MultiRecord"
+    )
+
+
+def _too_large(record: Record, size: int, limit: int, source: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{where(source, record.index, record.offset)}: {size} bytes exceeds MaxPayloadInMB "
+        f"({limit} bytes); a record is never split, raise MaxPayloadInMB or set it to 0"
+    )
+
+
+def form_payloads(
+    records: Iterable[Record],
+    strategy: str | None,
+    max_payload_bytes: int | None,
+    *,
+    source: str = "",
+) -> Iterator[Payload]:
+    """Payloads in record order. ``max_payload_bytes`` None or 0 means unlimited."""
+    kind = normalize_strategy(strategy)
+    limit = max_payload_bytes or 0
+    if limit < 0:
+        raise JobSpecError(f"MaxPayloadInMB must be >= 0, got {max_payload_bytes} bytes")
+    if kind == "SingleRecord":
+        return _single(records, limit, source)
+    return _multi(records, limit, source)
+
+
+def _single(records: Iterable[Record], limit: int, source: str) -> Iterator[Payload]:
+    for record in records:
+        if record.error is not None:
+            yield Payload([record], record.data, record.error)
+        elif limit and len(record.data) > limit:
+            yield Payload([record], record.data, _too_large(record, len(record.data), limit, source))
+        else:
+            yield Payload([record], record.data)
+
+
+def _multi(records: Iterable[Record], limit: int, source: str) -> Iterator[Payload]:
+    batch: list[Record] = []
+    size = 0
+    for record in records:
+        n = len(record.raw)
+        if record.error is not None or (limit and n > limit):
+            if batch:
+                yield _join(batch)
+                batch, size = [], 0
+            error = record.error or _too_large(record, n, limit, source)
+            yield Payload([record], record.raw, error)
+            continue
+        if limit and size + n > limit and batch:
+            yield _join(batch)
+            batch, size = [], 0
+        batch.append(record)
+        size += n
+    if batch:
+        yield _join(batch)
+
+
+def _join(batch: list[Record]) -> Payload:
+    body = batch[0].raw if len(batch) == 1 else b"".join(r.raw for r in batch)
+    return Payload(batch, body)
+
+
+def split_multi_response(payload: Payload, response: bytes) -> list[bytes] | None:
+    """One output per record of a MultiRecord payload, or None when that cannot be told.
+
+    Understood shapes: a JSON object whose ``predictions`` (or ``results``) list has one row
+    per record -> each part is the same object holding that one row (what SingleRecord would
+    have returned); otherwise a response with exactly one line per record -> the lines, each
+    keeping its newline so that concatenating the parts gives back the response.
+    """
+    n = len(payload.records)
+    if n == 1:
+        return [response]
+    parts = _split_json_rows(response, n)
+    if parts is not None:
+        return parts
+    return _split_lines(response, n)
+
+
+def _split_json_rows(response: bytes, n: int) -> list[bytes] | None:
+    head = response[:64].lstrip()
+    if not head.startswith(b"{"):
+        return None
+    try:
+        value = json.loads(response)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    for key in _ROW_KEYS:
+        rows = value.get(key)
+        if isinstance(rows, list) and len(rows) == n:
+            rest = {k: v for k, v in value.items() if k != key}
+            return [json.dumps({**rest, key: [row]}).encode() for row in rows]
+    return None
+
+
+def _split_lines(response: bytes, n: int) -> list[bytes] | None:
+    # Only \n separates records (bytes.splitlines would also break on \r, \v, \x1c...).
+    pieces = response.split(b"\n")
+    lines = [p + b"\n" for p in pieces[:-1]]
+    if pieces[-1]:
+        lines.append(pieces[-1])
+    return lines if len(lines) == n else None
