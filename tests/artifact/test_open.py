@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import tarfile
 import tempfile
 import uuid
@@ -58,6 +57,8 @@ def test_local_archive_into_workdir(tmp_path, model_dir, name, mode):
     art = open_artifact(arc, workdir=work)
     check(art, work)
     assert not art.temporary
+    art.cleanup()  # not ours to delete
+    assert work.is_dir()
 
 
 def test_local_archive_default_workdir_is_fresh_tempdir(tmp_path, model_dir):
@@ -67,8 +68,9 @@ def test_local_archive_default_workdir_is_fresh_tempdir(tmp_path, model_dir):
         check(a)
         assert a.temporary and a.root != b.root and a.root.name.startswith("tfbatch-model-")
     finally:
-        shutil.rmtree(a.root)
-        shutil.rmtree(b.root)
+        a.cleanup()
+        b.cleanup()
+    assert not a.root.exists() and not b.root.exists()
 
 
 def test_local_file_that_is_not_an_archive(tmp_path):

@@ -99,6 +99,11 @@ class Artifact:
     # Set when open_artifact created the folder, so callers may delete it when done.
     temporary: bool = field(default=False, repr=False)
 
+    def cleanup(self) -> None:
+        """Delete the folder open_artifact extracted into; a no-op for folders it did not create."""
+        if self.temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
+
     @property
     def default_model_name(self) -> str:
         wanted = os.environ.get(DEFAULT_MODEL_ENV)
@@ -226,15 +231,15 @@ def _open_remote(uri: str, dest: Path) -> None:
             return
         if not fs.isfile(path):
             raise ArtifactError(f"model artifact '{uri}' does not exist")
-    except (PermissionError, OSError) as exc:
-        raise ArtifactError(f"cannot read model artifact '{uri}': {exc}") from None
-    fd, tmp = tempfile.mkstemp(prefix="tfbatch-download-", suffix=".tar.gz")
-    os.close(fd)
-    try:
-        fs.get_file(path, tmp)
-        safe_extract(tmp, dest)
-    finally:
-        os.unlink(tmp)
+        fd, tmp = tempfile.mkstemp(prefix="tfbatch-download-", suffix=".tar.gz")
+        os.close(fd)
+        try:
+            fs.get_file(path, tmp)
+            safe_extract(tmp, dest)
+        finally:
+            os.unlink(tmp)
+    except OSError as exc:  # network, permission and not-found errors from the filesystem
+        raise ArtifactError(f"cannot read model artifact '{uri}': {type(exc).__name__}: {exc}") from None
 
 
 def _local_path(uri: str | os.PathLike) -> Path | None:

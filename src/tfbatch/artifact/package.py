@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tfbatch.errors import ArtifactError, InvalidInput
-from tfbatch.artifact.discover import SINGLE_MODEL_NAME, find_versions, is_saved_model_dir
+from tfbatch.artifact.discover import find_versions, is_saved_model_dir
 
 # 1980-01-01: a fixed time that every archive tool and zip-compatible consumer accepts.
 FIXED_MTIME = 315532800
