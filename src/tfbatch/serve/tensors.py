@@ -1,0 +1,156 @@
+"""TensorProto <-> numpy without TensorFlow's Python helpers on the hot path.
+
+``tf.make_tensor_proto`` / ``tf.make_ndarray`` go element by element for several dtypes;
+for the dtypes images and model outputs use (float, ints, bool, strings) a TensorProto is
+just ``tensor_content`` bytes plus a shape, so we build and read it directly. Anything
+rarer (half precision in ``half_val``, complex, bfloat16, resources) falls back to TF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+from tfbatch.errors import InvalidInput
+
+_NUMPY_BY_DT: dict[int, np.dtype] = {
+    types_pb2.DT_FLOAT: np.dtype(np.float32),
+    types_pb2.DT_DOUBLE: np.dtype(np.float64),
+    types_pb2.DT_INT32: np.dtype(np.int32),
+    types_pb2.DT_UINT8: np.dtype(np.uint8),
+    types_pb2.DT_INT16: np.dtype(np.int16),
+    types_pb2.DT_INT8: np.dtype(np.int8),
+    types_pb2.DT_INT64: np.dtype(np.int64),
+    types_pb2.DT_BOOL: np.dtype(np.bool_),
+    types_pb2.DT_UINT16: np.dtype(np.uint16),
+    types_pb2.DT_UINT32: np.dtype(np.uint32),
+    types_pb2.DT_UINT64: np.dtype(np.uint64),
+    types_pb2.DT_HALF: np.dtype(np.float16),
+}
+_DT_BY_NUMPY = {v: k for k, v in _NUMPY_BY_DT.items()}
+
+# Which repeated field holds the values when tensor_content is empty.
+_VAL_FIELD = {
+    types_pb2.DT_FLOAT: "float_val",
+    types_pb2.DT_DOUBLE: "double_val",
+    types_pb2.DT_INT32: "int_val",
+    types_pb2.DT_UINT8: "int_val",
+    types_pb2.DT_INT16: "int_val",
+    types_pb2.DT_INT8: "int_val",
+    types_pb2.DT_INT64: "int64_val",
+    types_pb2.DT_BOOL: "bool_val",
+    types_pb2.DT_UINT16: "int_val",
+    types_pb2.DT_UINT32: "uint32_val",
+    types_pb2.DT_UINT64: "uint64_val",
+}
+
+
+def _shape(proto: tensor_pb2.TensorProto) -> tuple[int, ...]:
+    return tuple(d.size for d in proto.tensor_shape.dim)
+
+
+def to_ndarray(proto: tensor_pb2.TensorProto, key: str = "") -> np.ndarray:
+    """A TensorProto as a numpy array (strings as an object array of bytes)."""
+    shape = _shape(proto)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    try:
+        if proto.dtype == types_pb2.DT_STRING:
+            values = list(proto.string_val)
+            if len(values) == count:
+                return np.array(values, dtype=object).reshape(shape)
+            if len(values) == 1:  # TF's convention: one value fills the tensor
+                return np.full(shape, values[0], dtype=object)
+            raise InvalidInput(
+                f"input '{key}': string tensor of shape {list(shape)} needs {count} values, got {len(values)}"
+            )
+        dtype = _NUMPY_BY_DT.get(proto.dtype)
+        if dtype is None or (proto.dtype == types_pb2.DT_HALF and not proto.tensor_content):
+            return _tf_fallback(proto, key)
+        if proto.tensor_content:
+            if len(proto.tensor_content) != count * dtype.itemsize:
+                raise InvalidInput(
+                    f"input '{key}': tensor_content has {len(proto.tensor_content)} bytes, shape "
+                    f"{list(shape)} of {dtype.name} needs {count * dtype.itemsize}"
+                )
+            # copy(): frombuffer over the proto's bytes is read-only, and TF may want to write.
+            return np.frombuffer(proto.tensor_content, dtype=dtype).reshape(shape).copy()
+        values = np.asarray(getattr(proto, _VAL_FIELD[proto.dtype]), dtype=dtype)
+        if values.size == count:
+            return values.reshape(shape)
+        if values.size == 1 or (values.size == 0 and count == 0):
+            return np.full(shape, values[0] if values.size else 0, dtype=dtype)
+        if values.size < count and values.size > 0:
+            # TF pads a short value list with its last element.
+            padded = np.empty(count, dtype=dtype)
+            padded[: values.size] = values
+            padded[values.size:] = values[-1]
+            return padded.reshape(shape)
+        raise InvalidInput(
+            f"input '{key}': tensor of shape {list(shape)} needs {count} values, got {values.size}"
+        )
+    except InvalidInput:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(f"input '{key}': cannot decode TensorProto: {exc}") from exc
+
+
+def _tf_fallback(proto: tensor_pb2.TensorProto, key: str) -> np.ndarray:
+    import tensorflow as tf
+
+    try:
+        return tf.make_ndarray(proto)
+    except Exception as exc:
+        name = types_pb2.DataType.Name(proto.dtype) if proto.dtype in types_pb2.DataType.values() else proto.dtype
+        raise InvalidInput(f"input '{key}': unsupported TensorProto dtype {name}: {exc}") from exc
+
+
+def from_ndarray(array: np.ndarray) -> tensor_pb2.TensorProto:
+    """A numpy array as a TensorProto (tensor_content for numbers, string_val for text)."""
+    array = np.asarray(array)
+    proto = tensor_pb2.TensorProto()
+    proto.tensor_shape.CopyFrom(shape_proto(array.shape))
+    if array.dtype.kind in ("O", "S", "U"):
+        proto.dtype = types_pb2.DT_STRING
+        proto.string_val.extend(_as_bytes(v) for v in array.reshape(-1))
+        return proto
+    dt = _DT_BY_NUMPY.get(array.dtype.newbyteorder("=") if array.dtype.byteorder == ">" else array.dtype)
+    if dt is None:
+        import tensorflow as tf
+
+        return tf.make_tensor_proto(array)
+    proto.dtype = dt
+    proto.tensor_content = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    return proto
+
+
+def shape_proto(shape: tuple[int | None, ...] | None) -> tensor_shape_pb2.TensorShapeProto:
+    proto = tensor_shape_pb2.TensorShapeProto()
+    if shape is None:
+        proto.unknown_rank = True
+        return proto
+    for size in shape:
+        proto.dim.add(size=-1 if size is None else int(size))
+    return proto
+
+
+def dtype_enum(name: str) -> int:
+    """``"float32"`` / ``"string"`` -> the DataType enum value."""
+    if name == "string":
+        return types_pb2.DT_STRING
+    try:
+        dt = _DT_BY_NUMPY.get(np.dtype(name))
+    except TypeError:  # bfloat16, resource, variant: numpy has no such dtype
+        dt = None
+    if dt is not None:
+        return dt
+    import tensorflow as tf
+
+    return tf.as_dtype(name).as_datatype_enum
+
+
+def _as_bytes(value) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return str(value).encode("utf-8")
