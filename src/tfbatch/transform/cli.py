@@ -1,0 +1,80 @@
+"""``tfbatch transform``: flags named after CreateTransformJob fields."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
+    key, value = text.split("=", 1)
+    return key, value
+
+
+def add_transform_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags named after CreateTransformJob fields; None means 'not given' so --job can fill it."""
+    p.add_argument("--model", required=True, help="model.tar.gz or model directory (path or URI)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--input", help="input prefix: folder, s3://bucket/prefix, ... (S3Prefix)")
+    src.add_argument("--manifest", help="ManifestFile URI")
+    p.add_argument("--output", help="output prefix (S3OutputPath)")
+    p.add_argument("--job", help="CreateTransformJob request JSON; flags override it")
+    p.add_argument("--content-type")
+    p.add_argument("--compression", choices=["None", "Gzip"])
+    p.add_argument("--split-type", choices=["None", "Line", "RecordIO", "TFRecord"])
+    p.add_argument("--batch-strategy", choices=["SingleRecord", "MultiRecord"])
+    p.add_argument("--max-payload-mb", type=int)
+    p.add_argument("--max-concurrent-transforms", type=int)
+    p.add_argument("--accept")
+    p.add_argument("--assemble-with", choices=["None", "Line"])
+    p.add_argument("--instance-count", type=int)
+    p.add_argument("--input-filter")
+    p.add_argument("--output-filter")
+    p.add_argument("--join-source", choices=["None", "Input"])
+    p.add_argument("--env", type=_key_value, action="append", metavar="K=V", help="repeatable")
+    p.add_argument("--invocations-timeout", type=int)
+    p.add_argument("--invocations-max-retries", type=int)
+    p.add_argument("--max-batch-size", type=int, help="model batch size formed across requests and files")
+    p.add_argument("--batch-timeout-ms", type=float)
+    p.add_argument("--on-error", choices=["continue", "fail-object"])
+    p.add_argument("--install-requirements", action="store_true", default=None,
+                   help="pip-install code/requirements.txt before loading the handler script")
+
+
+def spec_from_args(args: argparse.Namespace):
+    from tfbatch.transform.spec import TransformSpec, spec_from_create_transform_job
+
+    fields = spec_from_create_transform_job(args.job) if args.job else {}
+    names = [
+        "model", "input", "manifest", "output", "content_type", "compression", "split_type",
+        "batch_strategy", "max_payload_mb", "max_concurrent_transforms", "accept", "assemble_with",
+        "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
+        "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements",
+    ]
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            fields[name] = value
+    if args.input or args.manifest:  # a flag source replaces the job file's source
+        fields.pop("manifest" if args.input else "input", None)
+    if args.env:
+        fields["env"] = {**fields.get("env", {}), **dict(args.env)}
+    return TransformSpec.build(**fields)
+
+
+def _cmd_transform(args: argparse.Namespace) -> int:
+    from tfbatch.transform.job import run_transform
+
+    report = run_transform(spec_from_args(args))
+    print(
+        f"transform: {report.succeeded}/{report.objects} objects succeeded, {report.failed} failed "
+        f"in {report.seconds:.1f}s"
+    )
+    return 0 if report.ok else 1
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("transform", help="run a batch transform job")
+    add_transform_arguments(p)
+    p.set_defaults(func=_cmd_transform)

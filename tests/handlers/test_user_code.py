@@ -1,0 +1,104 @@
+import sys
+import zipfile
+
+import pytest
+from conftest import write_script
+
+from tfbatch.errors import DependencyMissing, HandlerError
+from tfbatch.handlers.user_code import load_handlers, load_module
+
+
+def test_single_handler_wins_over_pair(tmp_path):
+    script = write_script(tmp_path / "code", """
+        def handler(data, context): return b"h", "text/plain"
+        def input_handler(data, context): return data.read()
+        def output_handler(response, context): return response.content, "application/json"
+    """)
+    handlers = load_handlers(script)
+    assert handlers.mode == "handler"
+    assert handlers.input_handler is None
+
+
+def test_pair_mode(tmp_path):
+    script = write_script(tmp_path / "code", """
+        def input_handler(data, context): return data.read()
+        def output_handler(response, context): return response.content, "application/json"
+    """)
+    assert load_handlers(script).mode == "pair"
+
+
+@pytest.mark.parametrize("only", ["input_handler", "output_handler"])
+def test_half_a_pair_is_the_containers_error(tmp_path, only):
+    script = write_script(tmp_path / only / "code", f"def {only}(a, b): return a\n")
+    with pytest.raises(HandlerError, match="Handlers are not implemented correctly in user script"):
+        load_handlers(script)
+
+
+def test_module_code_runs_once_and_is_named_inference(tmp_path):
+    script = write_script(tmp_path / "code", """
+        COUNT = [0]
+        COUNT[0] += 1
+        def handler(data, context): return str(COUNT[0]), "text/plain"
+    """)
+    first = load_module(script)
+    again = load_module(script)
+    assert first is again
+    assert first.__name__ == "inference"
+    assert first.COUNT == [1]
+
+
+def test_code_lib_is_importable(tmp_path):
+    code = tmp_path / "code"
+    (code / "lib" / "vendored_pkg_tfb").mkdir(parents=True)
+    (code / "lib" / "vendored_pkg_tfb" / "__init__.py").write_text("VALUE = 42\n")
+    script = write_script(code, """
+        import vendored_pkg_tfb
+        def handler(data, context): return str(vendored_pkg_tfb.VALUE), "text/plain"
+    """)
+    assert load_handlers(script).handler(None, None) == ("42", "text/plain")
+
+
+def test_missing_dependency_names_package_and_flag(tmp_path):
+    code = tmp_path / "code"
+    script = write_script(code, "import tfbatch_no_such_pkg\ndef handler(d, c): pass\n")
+    (code / "requirements.txt").write_text("tfbatch_no_such_pkg==1.0\n")
+    with pytest.raises(DependencyMissing) as err:
+        load_handlers(script)
+    assert "tfbatch_no_such_pkg" in str(err.value)
+    assert "--install-requirements" in str(err.value)
+
+
+def test_script_import_error_is_reported_with_the_script(tmp_path):
+    script = write_script(tmp_path / "code", "raise RuntimeError('boom at import')\n")
+    with pytest.raises(HandlerError, match="boom at import") as err:
+        load_handlers(script)
+    assert str(script.resolve()) in str(err.value)
+
+
+def _write_wheel(directory, name: str) -> str:
+    """A minimal pure-Python wheel, so pip can install it without any network."""
+    wheel = directory / f"{name}-1.0-py3-none-any.whl"
+    dist = f"{name}-1.0.dist-info"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(f"{name}/__init__.py", "ANSWER = 7\n")
+        zf.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        zf.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr(f"{dist}/RECORD", "")
+    return str(wheel)
+
+
+def test_requirements_installed_only_when_asked(tmp_path):
+    import subprocess
+
+    name = "tfbatch_req_probe"
+    code = tmp_path / "code"
+    script = write_script(code, f"import {name}\ndef handler(d, c): return str({name}.ANSWER), 'text/plain'\n")
+    (code / "requirements.txt").write_text(_write_wheel(tmp_path, name) + "\n")
+    with pytest.raises(DependencyMissing):
+        load_handlers(script)  # not asked: nothing installed
+    try:
+        handlers = load_handlers(script, install=True)
+        assert handlers.handler(None, None) == ("7", "text/plain")
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], check=False)
+        sys.modules.pop(name, None)

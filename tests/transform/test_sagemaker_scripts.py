@@ -1,0 +1,95 @@
+"""SageMaker-style inference.py scripts, written for the TFS container, run unchanged through
+``tfbatch transform`` — pair mode in-process, and a single ``handler`` that POSTs to
+``context.rest_uri`` (a live loopback TFS REST endpoint)."""
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tfbatch.artifact import package
+from tfbatch.testing.models import make_image_bytes_model
+
+PAIR = """
+import base64, json
+
+def input_handler(data, context):
+    if context.request_content_type == "application/x-image":
+        return json.dumps({"instances": [{"b64": base64.b64encode(data.read()).decode("utf-8")}]})
+    raise ValueError("unsupported content type " + context.request_content_type)
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+"""
+
+HANDLER = """
+import base64, json
+import requests
+
+def handler(data, context):
+    payload = {"instances": [{"b64": base64.b64encode(data.read()).decode("utf-8")}]}
+    response = requests.post(context.rest_uri, data=json.dumps(payload))
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    prediction = response.json()["predictions"][0]
+    return json.dumps({"label": int(prediction["classes"])}), "application/json"
+"""
+
+
+def _png(value: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((8, 8), value, np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def savedmodel(tmp_path_factory):
+    return make_image_bytes_model(tmp_path_factory.mktemp("sm") / "1")
+
+
+def _archive(tmp_path, savedmodel, script: str):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(textwrap.dedent(script))
+    return package([savedmodel], tmp_path / "model.tar.gz", code_dir=code)
+
+
+def _inputs(tmp_path):
+    root = tmp_path / "in"
+    (root / "sub").mkdir(parents=True)
+    files = {"a.png": _png(0), "b.png": _png(128), "sub/c.png": _png(255), "bad.png": b"not an image"}
+    for key, data in files.items():
+        (root / key).write_bytes(data)
+    return root
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "tfbatch", "transform", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("script", [PAIR, HANDLER], ids=["pair", "handler-posting-to-rest_uri"])
+def test_sagemaker_script_runs_unchanged(tmp_path, savedmodel, script):
+    archive = _archive(tmp_path, savedmodel, script)
+    inp, out = _inputs(tmp_path), tmp_path / "out"
+    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out),
+                "--content-type", "application/x-image", "--accept", "application/json")
+    # One undecodable file: the job reports failure, but every other file has its output.
+    assert proc.returncode == 1, proc.stderr
+    assert "3/4 objects succeeded" in proc.stdout
+    produced = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.out"))
+    assert produced == ["a.png.out", "b.png.out", "sub/c.png.out"]
+    for key in produced:
+        body = json.loads((out / key).read_bytes())
+        if script is PAIR:
+            (prediction,) = body["predictions"]
+            assert len(prediction["probabilities"]) == 10
+        else:
+            assert 0 <= body["label"] < 10
