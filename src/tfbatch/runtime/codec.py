@@ -1,0 +1,389 @@
+"""TF Serving REST JSON <-> numpy tensors (predict, classify, regress).
+
+Follows TF Serving's json_tensor rules: row format ``{"instances": [...]}`` and columnar
+``{"inputs": ...}``; ``{"b64": "..."}`` objects carry bytes into string tensors; outputs
+whose key ends in ``_bytes`` are written back as ``{"b64": ...}``. Differences, on purpose:
+string outputs that are not valid UTF-8 are also written as b64 (JSON cannot hold them);
+classify/regress features mixing ints and floats become a float list instead of an error.
+
+Non-finite floats are returned as Python ``nan``/``inf``; ``json.dumps`` writes them as
+``NaN``/``Infinity``/``-Infinity``, the same tokens TF Serving emits.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from tfbatch import errors
+from tfbatch.runtime.servable import coerce
+from tfbatch.runtime.signature import SignatureInfo, TensorInfo
+
+ROW = "row"
+COLUMNAR = "columnar"
+BYTES_SUFFIX = "_bytes"
+
+
+# ---- predict request -------------------------------------------------------------------
+
+
+def decode_predict(body: Any, sig: SignatureInfo) -> tuple[dict[str, np.ndarray], str]:
+    """Tensors (already in the signature's dtypes) and the request format, "row" or "columnar"."""
+    if not isinstance(body, Mapping):
+        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
+    has_instances, has_inputs = "instances" in body, "inputs" in body
+    if has_instances and has_inputs:
+        raise errors.InvalidInput("request must contain only one of 'instances' or 'inputs', not both")
+    if has_instances:
+        return _decode_rows(body["instances"], sig), ROW
+    if has_inputs:
+        return _decode_columns(body["inputs"], sig), COLUMNAR
+    raise errors.InvalidInput("request is missing the 'instances' or 'inputs' key")
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("b64"), str)
+
+
+def _is_named_object(value: Any) -> bool:
+    return isinstance(value, dict) and not _is_b64(value)
+
+
+def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+    if not isinstance(instances, list):
+        raise errors.InvalidInput(f"'instances' must be a list, got {type(instances).__name__}")
+    if not instances:
+        raise errors.InvalidInput("'instances' is an empty list")
+    names = sorted(sig.inputs)
+    if _is_named_object(instances[0]):
+        columns: dict[str, list[Any]] = {k: [] for k in names}
+        for i, inst in enumerate(instances):
+            if not _is_named_object(inst):
+                raise errors.InvalidInput(f"instance {i}: expected an object like instance 0, got {_kind(inst)}")
+            if set(inst) != set(names):
+                raise errors.InvalidInput(
+                    f"instance {i}: keys {sorted(inst)} must be equal to the inputs of "
+                    f"signature {sig.name!r}: {names}"
+                )
+            for k in names:
+                columns[k].append(inst[k])
+        return {k: _stack(columns[k], sig.inputs[k], sig.name) for k in names}
+    if len(names) != 1:
+        raise errors.InvalidInput(
+            f"'instances' is a plain list, but signature {sig.name!r} has several inputs {names}: "
+            f"send a list of objects keyed by input name"
+        )
+    for i, inst in enumerate(instances):
+        if _is_named_object(inst):
+            raise errors.InvalidInput(f"instance {i}: expected a value or list like instance 0, got an object")
+    return {names[0]: _stack(instances, sig.inputs[names[0]], sig.name)}
+
+
+def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+    names = sorted(sig.inputs)
+    if not _is_named_object(inputs):
+        if len(names) != 1:
+            raise errors.InvalidInput(
+                f"'inputs' is a plain value, but signature {sig.name!r} has several inputs {names}: "
+                f"send an object keyed by input name"
+            )
+        return {names[0]: _to_array(inputs, sig.inputs[names[0]], sig.name)}
+    missing = [k for k in names if k not in inputs]
+    unknown = sorted(k for k in inputs if k not in sig.inputs)
+    if missing or unknown:
+        detail = "; ".join(
+            p for p in (missing and f"missing {missing}", unknown and f"unknown {unknown}") if p
+        )
+        raise errors.InvalidInput(
+            f"'inputs' object does not match signature {sig.name!r}: {detail}; expected inputs {names}"
+        )
+    return {k: _to_array(inputs[k], sig.inputs[k], sig.name) for k in names}
+
+
+def _stack(values: list[Any], info: TensorInfo, sig_name: str) -> np.ndarray:
+    """Instances of one input as one array, naming the instance that does not fit."""
+    try:
+        return _to_array(values, info, sig_name)
+    except _Ragged:
+        pass
+    first = _shape_of(values[0])
+    for i, v in enumerate(values):
+        shape = _shape_of(v)
+        if shape is None:
+            raise errors.InvalidInput(f"instance {i} of input {info.key!r}: nested lists of uneven lengths")
+        if shape != first:
+            raise errors.InvalidInput(
+                f"instance {i} of input {info.key!r} has shape {list(shape)}, "
+                f"but instance 0 has shape {list(first or ())}: all instances must have the same shape"
+            )
+    raise errors.InvalidInput(f"input {info.key!r}: nested lists of uneven lengths")
+
+
+class _Ragged(Exception):
+    pass
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    """The dense shape of nested lists, or None if ragged."""
+    if not isinstance(value, list):
+        return ()
+    if not value:
+        return (0,)
+    inner = [_shape_of(v) for v in value]
+    if any(s is None or s != inner[0] for s in inner):
+        return None
+    return (len(value), *inner[0])
+
+
+def _to_array(value: Any, info: TensorInfo, sig_name: str) -> np.ndarray:
+    if info.is_string:
+        shape = _shape_of(value)
+        if shape is None:
+            raise _Ragged()
+        flat: list[bytes] = []
+        _flatten_bytes(value, info, flat)
+        arr = np.empty(len(flat), dtype=object)
+        arr[:] = flat
+        return coerce(arr.reshape(shape), info, sig_name)
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        raise _Ragged() from None
+    if arr.dtype == object:
+        _reject_objects(arr, info)
+        if _shape_of(value) is None:
+            raise _Ragged()
+    return coerce(arr, info, sig_name)
+
+
+def _flatten_bytes(value: Any, info: TensorInfo, out: list[bytes]) -> None:
+    if isinstance(value, list):
+        for v in value:
+            _flatten_bytes(v, info, out)
+    elif isinstance(value, str):
+        out.append(value.encode("utf-8"))
+    elif _is_b64(value):
+        out.append(_b64decode(value["b64"], info.key))
+    else:
+        raise errors.InvalidInput(
+            f"input {info.key!r}: expected a string or {{\"b64\": ...}} for a string tensor, got {_kind(value)}"
+        )
+
+
+def _reject_objects(arr: np.ndarray, info: TensorInfo) -> None:
+    """A b64 object (or any object) inside a numeric tensor is an error worth naming."""
+    for v in arr.flat:
+        if isinstance(v, dict):
+            what = "{\"b64\": ...} (binary data)" if _is_b64(v) else "a JSON object"
+            raise errors.InvalidInput(
+                f"input {info.key!r} has dtype {info.dtype}, but received {what}; "
+                f"b64 values are only accepted for string tensors"
+            )
+
+
+def _b64decode(text: str, key: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise errors.InvalidInput(f"input {key!r}: value of 'b64' is not valid base64") from None
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# ---- predict response ------------------------------------------------------------------
+
+
+def encode_predict(
+    outputs: Mapping[str, np.ndarray], fmt: str, sig: SignatureInfo | None = None, *, shortest_floats: bool = False
+) -> dict[str, Any]:
+    """The TF Serving response body for ``outputs``: ``{"predictions": ...}`` or ``{"outputs": ...}``.
+
+    ``shortest_floats`` writes float32 values with their shortest round-trip decimal (as TF
+    Serving does) at roughly twice the encoding time; the default writes the exact float64
+    value of each float32, which parses back to the same float32.
+    """
+    if not outputs:
+        raise errors.ModelError("the model returned no outputs")
+    keys = sorted(outputs)
+    if fmt == COLUMNAR:
+        if len(keys) == 1:
+            return {"outputs": to_json_value(outputs[keys[0]], keys[0], shortest_floats)}
+        return {"outputs": {k: to_json_value(outputs[k], k, shortest_floats) for k in keys}}
+    if fmt != ROW:
+        raise ValueError(f"unknown format {fmt!r}")
+    arrays = {k: np.asarray(outputs[k]) for k in keys}
+    sizes = {k: (a.shape[0] if a.ndim else None) for k, a in arrays.items()}
+    if any(s is None for s in sizes.values()) or len(set(sizes.values())) > 1:
+        raise errors.ModelError(
+            f"outputs must share a leading batch dimension to be returned as 'predictions', got "
+            + ", ".join(f"{k}: {list(arrays[k].shape)}" for k in keys)
+            + "; send the request in columnar format ('inputs') instead"
+        )
+    if len(keys) == 1:
+        return {"predictions": to_json_value(arrays[keys[0]], keys[0], shortest_floats)}
+    columns = [to_json_value(arrays[k], k, shortest_floats) for k in keys]
+    return {"predictions": [dict(zip(keys, row)) for row in zip(*columns)]}
+
+
+def to_json_value(arr: np.ndarray, key: str = "", shortest_floats: bool = False) -> Any:
+    """Nested lists of JSON-ready Python values (``tolist`` does the work in C)."""
+    arr = np.asarray(arr)
+    kind = arr.dtype.kind
+    if kind == "f":
+        if shortest_floats and arr.dtype.itemsize < 8:
+            # numpy prints the shortest repr that round-trips the float32; reading it back as
+            # float64 gives a Python float whose repr is that short string.
+            return arr.astype(str).astype(np.float64).tolist()
+        return arr.astype(np.float64, copy=False).tolist()
+    if kind in "biu":
+        return arr.tolist()
+    if kind == "c":
+        return np.stack([arr.real, arr.imag], axis=-1).tolist()
+    if kind in "SUO":
+        as_b64 = key.endswith(BYTES_SUFFIX)
+        flat = [_encode_string(v, as_b64) for v in arr.reshape(-1).tolist()]
+        if arr.ndim == 0:
+            return flat[0]
+        out = np.empty(len(flat), dtype=object)
+        out[:] = flat
+        return out.reshape(arr.shape).tolist()
+    raise errors.ModelError(f"output {key!r} has dtype {arr.dtype}, which JSON cannot represent")
+
+
+def _encode_string(value: Any, as_b64: bool) -> Any:
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    if not isinstance(value, bytes):
+        return value
+    if not as_b64:
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+# ---- classify / regress ----------------------------------------------------------------
+
+
+def decode_examples(body: Any) -> np.ndarray:
+    """Serialized tf.train.Example protos (object array of bytes) from a classify/regress body."""
+    from tensorflow.core.example import example_pb2
+
+    if not isinstance(body, Mapping):
+        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
+    examples = body.get("examples")
+    if examples is None:
+        raise errors.InvalidInput("request is missing the 'examples' key")
+    if not isinstance(examples, list) or not examples:
+        raise errors.InvalidInput("'examples' must be a non-empty list of objects")
+    context = body.get("context")
+    base = example_pb2.Example()
+    if context is not None:
+        _fill_example(base, context, "context")
+    out = np.empty(len(examples), dtype=object)
+    for i, ex in enumerate(examples):
+        proto = example_pb2.Example()
+        proto.CopyFrom(base)
+        _fill_example(proto, ex, f"example {i}")
+        out[i] = proto.SerializeToString()
+    return out
+
+
+def _fill_example(proto: Any, features: Any, where: str) -> None:
+    if not isinstance(features, Mapping):
+        raise errors.InvalidInput(f"{where}: must be a JSON object of features, got {_kind(features)}")
+    fmap = proto.features.feature
+    for name, value in features.items():
+        values = value if isinstance(value, list) else [value]
+        feature = fmap[name]
+        feature.Clear()
+        kinds = {_feature_kind(v, name, where) for v in values}
+        if kinds == {"int", "float"}:
+            kinds = {"float"}
+        if len(kinds) > 1:
+            raise errors.InvalidInput(
+                f"{where}: feature {name!r} mixes value types {sorted(kinds)}; a feature holds one type"
+            )
+        kind = kinds.pop() if kinds else "float"
+        if kind == "bytes":
+            feature.bytes_list.value.extend(
+                v.encode("utf-8") if isinstance(v, str) else _b64decode(v["b64"], name) for v in values
+            )
+        elif kind == "int":
+            try:
+                feature.int64_list.value.extend(int(v) for v in values)
+            except ValueError:
+                raise errors.InvalidInput(f"{where}: feature {name!r} has an integer outside int64") from None
+        else:
+            feature.float_list.value.extend(float(v) for v in values)
+
+
+def _feature_kind(value: Any, name: str, where: str) -> str:
+    if isinstance(value, bool) or isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str) or _is_b64(value):
+        return "bytes"
+    raise errors.InvalidInput(
+        f"{where}: feature {name!r} has an element of unexpected JSON type: {_kind(value)}"
+    )
+
+
+def encode_classify(outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{"results": [[[label, score], ...], ...]}`` from ``classes`` and/or ``scores`` outputs."""
+    classes = outputs.get("classes")
+    scores = outputs.get("scores")
+    if classes is None and scores is None:
+        raise errors.ModelError(
+            f"classify signature returned neither 'classes' nor 'scores' (got {sorted(outputs)})"
+        )
+    ref = scores if scores is not None else classes
+    n = len(ref)
+    k = 1 if np.ndim(ref) == 1 else ref.shape[1]
+
+    def as_2d(arr: np.ndarray, what: str) -> np.ndarray:
+        arr = np.asarray(arr)
+        arr = arr.reshape(n, 1) if arr.ndim == 1 else arr
+        if arr.ndim != 2 or arr.shape != (n, k):
+            raise errors.ModelError(f"classify output {what!r} has shape {list(arr.shape)}, expected [{n}, {k}]")
+        return arr
+
+    labels = (
+        [[_label(v) for v in row] for row in as_2d(classes, "classes").tolist()]
+        if classes is not None
+        else [[""] * k for _ in range(n)]
+    )
+    values = to_json_value(as_2d(scores, "scores"), "scores") if scores is not None else [[0.0] * k for _ in range(n)]
+    return {"results": [[[lab, sc] for lab, sc in zip(lr, sr)] for lr, sr in zip(labels, values)]}
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def encode_regress(outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """``{"results": [v, ...]}`` from the ``outputs`` tensor ([N] or [N, 1])."""
+    values = outputs.get("outputs")
+    if values is None:
+        if len(outputs) != 1:
+            raise errors.ModelError(f"regress signature must return 'outputs', got {sorted(outputs)}")
+        values = next(iter(outputs.values()))
+    arr = np.asarray(values)
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise errors.ModelError(f"regress output has shape {list(arr.shape)}, expected [N] or [N, 1]")
+    return {"results": to_json_value(arr, "outputs")}
+

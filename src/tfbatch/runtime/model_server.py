@@ -1,0 +1,287 @@
+"""Every version of every model, served in-process with TF Serving's API semantics.
+
+The HTTP/gRPC server and the batch transform engine both call this object; it never
+speaks a network protocol itself. With batching enabled, requests to the same
+(model, version, signature) are coalesced by one :class:`DynamicBatcher` each; unlike TF
+Serving, a request larger than ``max_batch_size`` is split across batches, not refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfbatch import errors
+from tfbatch.batching import DynamicBatcher
+from tfbatch.runtime import codec
+from tfbatch.runtime.servable import Servable
+from tfbatch.runtime.settings import RuntimeSettings
+from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD, SignatureInfo
+from tfbatch.runtime.threads import configure_threads
+
+log = logging.getLogger(__name__)
+
+
+class ModelServer:
+    """Loads ``{name: {version: path}}`` eagerly; thread-safe for concurrent requests."""
+
+    def __init__(
+        self,
+        models: Mapping[str, Mapping[int, str | Path]],
+        settings: RuntimeSettings | None = None,
+        default_model: str | None = None,
+    ):
+        self.settings = settings or RuntimeSettings()
+        if not models:
+            raise errors.ArtifactError("no models to serve")
+        configure_threads(self.settings)
+        self._servables: dict[str, dict[int, Servable]] = {}
+        for name in sorted(models):
+            versions = models[name]
+            if not versions:
+                raise errors.ArtifactError(f"model {name!r} has no versions")
+            self._servables[name] = {
+                int(v): Servable.load(name, int(v), p) for v, p in sorted(versions.items(), key=lambda kv: int(kv[0]))
+            }
+        default = default_model or self.settings.default_model_name
+        if default is not None and default not in self._servables:
+            raise errors.NotFound(
+                f"default model {default!r} not found; available models: {', '.join(self.model_names())}"
+            )
+        self.default_model = default or self.model_names()[0]
+        self._batchers: dict[tuple[str, int, str], DynamicBatcher] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_artifact(cls, artifact: Any, settings: RuntimeSettings | None = None) -> ModelServer:
+        """From the artifact subsystem's object: ``artifact.models[name].versions`` ({version: path})
+        and ``artifact.default_model_name``."""
+        models = {name: dict(m.versions) for name, m in artifact.models.items()}
+        default = getattr(artifact, "default_model_name", None)
+        if settings is not None and settings.default_model_name:
+            default = settings.default_model_name
+        return cls(models, settings=settings, default_model=default)
+
+    # ---- lookup ------------------------------------------------------------------------
+
+    def model_names(self) -> list[str]:
+        return sorted(self._servables)
+
+    def versions(self, name: str | None = None) -> list[int]:
+        return sorted(self._versions_of(name or self.default_model))
+
+    def _versions_of(self, name: str) -> dict[int, Servable]:
+        versions = self._servables.get(name)
+        if versions is None:
+            raise errors.NotFound(
+                f"model {name!r} not found; available models: {', '.join(self.model_names())}"
+            )
+        return versions
+
+    def resolve(self, name: str | None = None, version: int | str | None = None) -> Servable:
+        """The servable for ``name`` (None -> default model) at ``version`` (None -> latest)."""
+        name = name or self.default_model
+        versions = self._versions_of(name)
+        if version is None or version == "":
+            return versions[max(versions)]
+        try:
+            v = int(version)
+        except (TypeError, ValueError):
+            raise errors.NotFound(
+                f"model {name!r} has no version {version!r}: versions are integers; "
+                f"available versions: {', '.join(map(str, sorted(versions)))}"
+            ) from None
+        servable = versions.get(v)
+        if servable is None:
+            raise errors.NotFound(
+                f"model {name!r} has no version {v}; available versions: "
+                f"{', '.join(map(str, sorted(versions)))}"
+            )
+        return servable
+
+    # ---- tensors -----------------------------------------------------------------------
+
+    def run(
+        self,
+        inputs: Mapping[str, Any],
+        name: str | None = None,
+        version: int | str | None = None,
+        signature_name: str | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run tensors through a signature (the gRPC and batch-engine path)."""
+        servable = self.resolve(name, version)
+        return self._run(servable, servable.signature(signature_name), inputs)
+
+    def _run(self, servable: Servable, sig: SignatureInfo, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        arrays = servable.prepare_inputs(sig.name, inputs)
+        if self.settings.enable_batching and _batchable(sig, arrays):
+            batcher = self._batcher(servable, sig)
+            future = batcher.submit(arrays, block=False)
+            return future.result()
+        return servable.run_prepared(sig.name, arrays)
+
+    def _batcher(self, servable: Servable, sig: SignatureInfo) -> DynamicBatcher:
+        key = (servable.name, servable.version, sig.name)
+        batcher = self._batchers.get(key)
+        if batcher is not None:
+            return batcher
+        with self._lock:
+            if self._closed:
+                raise errors.Unavailable("model server is closed")
+            batcher = self._batchers.get(key)
+            if batcher is None:
+                s = self.settings
+                sig_name = sig.name
+                batcher = DynamicBatcher(
+                    lambda arrays: servable.run_prepared(sig_name, arrays),
+                    max_batch_size=s.max_batch_size,
+                    timeout_s=s.batch_timeout_s,
+                    max_queued_rows=s.max_queued_rows,
+                    num_threads=s.num_batch_threads,
+                    name=f"{servable.name}/{servable.version}/{sig_name}",
+                )
+                self._batchers[key] = batcher
+            return batcher
+
+    def batcher_stats(self) -> dict[str, dict[str, Any]]:
+        """Stats of every batcher created so far, keyed "model/version/signature"."""
+        return {b.name: b.stats for b in list(self._batchers.values())}
+
+    # ---- TF Serving REST bodies --------------------------------------------------------
+
+    def predict(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
+        """TF Serving ``:predict``: row or columnar request -> predictions or outputs."""
+        servable = self.resolve(name, version)
+        sig = servable.signature(_signature_name(body))
+        tensors, fmt = codec.decode_predict(body, sig)
+        return codec.encode_predict(self._run(servable, sig, tensors), fmt, sig)
+
+    def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
+        servable = self.resolve(name, version)
+        sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))
+        examples = codec.decode_examples(body)
+        return codec.encode_classify(self._run(servable, sig, {_examples_input(sig): examples}))
+
+    def regress(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
+        servable = self.resolve(name, version)
+        sig = _examples_signature(servable, _signature_name(body), REGRESS_METHOD, ("outputs",))
+        examples = codec.decode_examples(body)
+        return codec.encode_regress(self._run(servable, sig, {_examples_input(sig): examples}))
+
+    def status(self, name: str | None = None, version: int | str | None = None) -> dict:
+        """TF Serving ``GET /v1/models/<name>[/versions/<v>]``."""
+        name = name or self.default_model
+        if version is None or version == "":
+            servables = sorted(self._versions_of(name).values(), key=lambda s: -s.version)
+        else:
+            servables = [self.resolve(name, version)]
+        return {
+            "model_version_status": [
+                {
+                    "version": str(s.version),
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+                for s in servables
+            ]
+        }
+
+    def metadata(self, name: str | None = None, version: int | str | None = None) -> dict:
+        """TF Serving ``GET /v1/models/<name>[/versions/<v>]/metadata``."""
+        servable = self.resolve(name, version)
+        return {
+            "model_spec": {"name": servable.name, "signature_name": "", "version": str(servable.version)},
+            "metadata": {
+                "signature_def": {
+                    "signature_def": {k: v.to_tfs() for k, v in sorted(servable.signatures.items())},
+                    "@type": "type.googleapis.com/tensorflow.serving.SignatureDefMap",
+                }
+            },
+        }
+
+    def close(self) -> None:
+        """Drain and stop every batcher; later batched requests get Unavailable."""
+        with self._lock:
+            self._closed = True
+            batchers = list(self._batchers.values())
+        for b in batchers:
+            b.close(wait=True)
+
+    def __enter__(self) -> ModelServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _signature_name(body: Any) -> str | None:
+    if not isinstance(body, Mapping):
+        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
+    name = body.get("signature_name")
+    if name is not None and not isinstance(name, str):
+        raise errors.InvalidInput(f"'signature_name' must be a string, got {name!r}")
+    return name or None
+
+
+def _batchable(sig: SignatureInfo, arrays: Mapping[str, np.ndarray]) -> bool:
+    """Rows can be coalesced only if every input and output has a free leading batch dim."""
+    for info in (*sig.inputs.values(), *sig.outputs.values()):
+        if info.shape is None or not info.shape or info.shape[0] is not None:
+            return False
+    sizes = {a.shape[0] for a in arrays.values() if a.ndim}
+    return len(sizes) == 1 and all(a.ndim for a in arrays.values()) and sizes != {0}
+
+
+def _examples_input(sig: SignatureInfo) -> str:
+    return next(iter(sig.inputs))
+
+
+def _examples_signature(
+    servable: Servable, requested: str | None, method: str, outputs: tuple[str, ...]
+) -> SignatureInfo:
+    """The signature for classify/regress.
+
+    TF Serving requires the signature's method_name to be the API's. TF2 exports always
+    say "predict", so a signature taking one string tensor of serialized Examples and
+    returning the API's output keys is accepted too. Without signature_name, the default
+    signature is used if it fits, else the only signature of that method.
+    """
+    verb = method.rsplit("/", 1)[-1]
+
+    def fits(sig: SignatureInfo) -> bool:
+        if sig.method_name == method:
+            return True
+        return (
+            len(sig.inputs) == 1
+            and next(iter(sig.inputs.values())).is_string
+            and any(k in sig.outputs for k in outputs)
+        )
+
+    if requested:
+        sig = servable.signature(requested)
+        if not fits(sig):
+            raise errors.InvalidInput(
+                f"signature {sig.name!r} of model {servable.name!r} cannot {verb}: its method is "
+                f"{sig.method_name!r}, expected {method!r}"
+            )
+        return sig
+    default = servable.signature(None)
+    if default.method_name == method:
+        return default
+    candidates = [s for s in servable.signatures.values() if s.method_name == method]
+    if len(candidates) == 1:
+        return candidates[0]
+    if fits(default):
+        return default
+    raise errors.InvalidInput(
+        f"model {servable.name!r} version {servable.version} has "
+        f"{'no' if not candidates else 'several'} {verb} signatures"
+        f"{'' if not candidates else ' (' + ', '.join(sorted(s.name for s in candidates)) + ')'}; "
+        f"name one with 'signature_name'"
+    )
