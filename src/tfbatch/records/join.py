@@ -1,0 +1,245 @@
+"""DataProcessing: InputFilter, JoinSource and OutputFilter, per record (COMPAT §7).
+
+Facts from the SageMaker developer guide ("Associate Prediction Results with Input
+Records") and the DataProcessing API reference, encoded here:
+- only CSV, JSON and JSON Lines are supported; a CSV row is treated as a JSON array, so
+  only index paths (``$[0]``, ``$[1:]``) apply to it;
+- the join uses the *raw* input record, not the filtered one;
+- CSV: the output row is appended to the end of the input row (``[1,2,3]`` + ``[1]`` ->
+  ``1,2,3,1``);
+- JSON / JSON Lines: an input object gets the output under ``SageMakerOutput`` (an input
+  key of that name is overwritten); any other input becomes
+  ``{"SageMakerInput": input, "SageMakerOutput": output}``;
+- OutputFilter selects from the joined value (from the output alone without a join).
+
+tfbatch additions: a record holding several CSV / JSON Lines rows (SplitType None) is
+processed row by row, paired with the output's rows; and because the TFS container
+answers JSON even for CSV requests, a CSV join unwraps ``{"predictions": [row]}`` and
+appends the row's values as columns instead of splitting the JSON text on commas.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.records.jsonpath import JsonPath, compile_path
+
+CSV, JSON, JSONL = "csv", "json", "jsonlines"
+_KINDS = {
+    "text/csv": CSV,
+    "application/csv": CSV,
+    "application/json": JSON,
+    "application/jsonlines": JSONL,
+    "application/x-jsonlines": JSONL,
+    "application/jsonl": JSONL,
+    "application/json-lines": JSONL,
+}
+_ROW_KEYS = ("predictions", "results", "outputs")
+
+
+def content_kind(content_type: str | None) -> str | None:
+    """csv, json, jsonlines, or None for anything DataProcessing cannot read."""
+    if not content_type:
+        return None
+    return _KINDS.get(content_type.split(";", 1)[0].strip().lower())
+
+
+def normalize_join_source(join_source: str | None) -> bool:
+    if join_source is None or join_source == "None":
+        return False
+    if join_source.lower() == "input":
+        return True
+    raise JobSpecError(f"JoinSource {join_source!r} is not supported: expected None or Input")
+
+
+class DataProcessor:
+    def __init__(
+        self,
+        input_filter: str | None,
+        output_filter: str | None,
+        join_source: str | None,
+        content_type: str | None,
+        accept: str | None,
+    ):
+        self.input_path: JsonPath = compile_path(input_filter)
+        self.output_path: JsonPath = compile_path(output_filter)
+        self.join = normalize_join_source(join_source)
+        self.in_kind = content_kind(content_type)
+        self.out_kind = content_kind(accept) if accept else self.in_kind
+        self.active = self.join or not (self.input_path.is_identity and self.output_path.is_identity)
+        if not self.active:
+            return
+        if self.in_kind is None:
+            raise JobSpecError(
+                "DataProcessing (InputFilter, OutputFilter, JoinSource) needs ContentType "
+                f"text/csv, application/json or application/jsonlines; got {content_type!r}"
+            )
+        touches_output = self.join or not self.output_path.is_identity
+        if touches_output and self.out_kind is None:
+            raise JobSpecError(
+                "DataProcessing OutputFilter/JoinSource needs Accept text/csv, application/json "
+                f"or application/jsonlines; got {accept!r}"
+            )
+        if self.in_kind == CSV and not self.input_path.index_only:
+            raise self._csv_paths("InputFilter", self.input_path)
+        csv_result = self.in_kind == CSV if self.join else self.out_kind == CSV
+        if csv_result and not self.output_path.index_only:
+            raise self._csv_paths("OutputFilter", self.output_path)
+
+    @staticmethod
+    def _csv_paths(name: str, path: JsonPath) -> JobSpecError:
+        return JobSpecError(
+            f"{name} {path.expr!r} names keys, but CSV rows are arrays: use index forms such as "
+            "$[0], $[1:], $[0,-1]"
+        )
+
+    # ---- input side -------------------------------------------------------------
+
+    def filter_input(self, record_data: bytes) -> bytes:
+        """The part of the record the model sees."""
+        if self.input_path.is_identity:
+            return record_data
+        units, trailing = _units(record_data, self.in_kind)
+        out = [self._dump(self.input_path.apply(self._load(u)), self.in_kind) for u in units]
+        return _rejoin(out, trailing)
+
+    # ---- output side ------------------------------------------------------------
+
+    def process_output(self, record_data: bytes, output: bytes) -> bytes:
+        """Join the raw record with the model's output, then apply OutputFilter."""
+        if not self.join:
+            if self.output_path.is_identity:
+                return output
+            kind, value = self._load_output(output)
+            return self._dump(self.output_path.apply(value), kind)
+        units, trailing = _units(record_data, self.in_kind)
+        if len(units) == 1:
+            outputs = [output]
+        else:
+            outputs, _ = _units(output, JSONL)
+            if len(outputs) != len(units):
+                raise InvalidInput(
+                    f"JoinSource=Input: the record holds {len(units)} rows but the output has "
+                    f"{len(outputs)} lines; cannot pair them"
+                )
+        joined = [self._join_one(u, o) for u, o in zip(units, outputs)]
+        return _rejoin(joined, trailing)
+
+    def _join_one(self, unit: bytes, output: bytes) -> bytes:
+        kind, value = self._load_output(output)
+        if self.in_kind == CSV:
+            row = _load_csv(unit)
+            if kind != CSV:
+                row.extend(_as_columns(value))
+            elif value and isinstance(value[0], list):  # several output rows for one record
+                row.extend(cell for r in value for cell in r)
+            else:
+                row.extend(value)
+            return _dump_csv(self.output_path.apply(row))
+        source = self._load(unit)
+        if isinstance(source, dict):
+            joined: Any = {**source, "SageMakerOutput": value}
+        else:
+            joined = {"SageMakerInput": source, "SageMakerOutput": value}
+        return _dump_json(self.output_path.apply(joined))
+
+    def _load_output(self, output: bytes) -> tuple[str, Any]:
+        kind = self.out_kind or JSON
+        head = output[:32].lstrip()
+        if kind == CSV and head[:1] in (b"{", b"["):
+            # The TFS container answers JSON whatever Accept says.
+            try:
+                return JSON, json.loads(output)
+            except ValueError:
+                pass
+        if kind == CSV:
+            rows = [_load_csv(u) for u in _units(output, CSV)[0]]
+            return CSV, rows[0] if len(rows) == 1 else rows
+        if kind == JSONL:
+            lines = _units(output, JSONL)[0]
+            if len(lines) != 1:
+                return JSON, [_load_json(ln, "output") for ln in lines]
+        return JSON, _load_json(output, "output")
+
+    # ---- codecs -----------------------------------------------------------------
+
+    def _load(self, unit: bytes) -> Any:
+        if self.in_kind == CSV:
+            return _load_csv(unit)
+        return _load_json(unit, "input record")
+
+    @staticmethod
+    def _dump(value: Any, kind: str | None) -> bytes:
+        return _dump_csv(value) if kind == CSV else _dump_json(value)
+
+
+def _units(data: bytes, kind: str | None) -> tuple[list[bytes], bool]:
+    """Rows of a CSV / JSON Lines record (a whole object may hold many); JSON is one unit."""
+    if kind == JSON:
+        return [data], False
+    trailing = data.endswith(b"\n")
+    lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in data.split(b"\n")]
+    rows = [ln for ln in lines if ln]
+    return (rows or [b""]), trailing and len(rows) > 1
+
+
+def _rejoin(units: list[bytes], trailing: bool) -> bytes:
+    if len(units) == 1:
+        return units[0]
+    return b"\n".join(units) + (b"\n" if trailing else b"")
+
+
+def _load_json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise InvalidInput(f"DataProcessing: the {what} is not valid JSON ({exc})") from None
+
+
+def _dump_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _load_csv(line: bytes) -> list[Any]:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
+    if not text:
+        return []
+    try:
+        return next(csv.reader([text]))
+    except csv.Error as exc:
+        raise InvalidInput(f"DataProcessing: cannot parse CSV row ({exc})") from None
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value)  # numbers keep JSON spelling; true/false; nested as JSON text
+
+
+def _dump_csv(value: Any) -> bytes:
+    cells = value if isinstance(value, list) else [value]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([_cell(c) for c in cells])
+    return buf.getvalue()[:-1].encode("utf-8")
+
+
+def _as_columns(value: Any) -> list[Any]:
+    """Columns a JSON model output adds to a CSV row."""
+    if isinstance(value, dict) and len(value) == 1:
+        key = next(iter(value))
+        if key in _ROW_KEYS:
+            value = value[key]
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (list, dict)):
+        value = value[0]
+    if isinstance(value, list):
+        return list(value)
+    return [value]
