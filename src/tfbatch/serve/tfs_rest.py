@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
+from tfbatch.serve.blocking import Limiters, run_blocking
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +107,17 @@ def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> byte
 class TfsRestEndpoint:
     """The ASGI-side handler: parse the path, hop to a thread, map errors to ``{"error": ...}``."""
 
-    def __init__(self, model_server: Any):
+    def __init__(self, model_server: Any, limiters: Limiters | None = None):
         self.model_server = model_server
+        self.limiters = limiters or Limiters()
 
     async def handle(self, request: Request) -> Response:
         try:
             target = parse_path(request.url.path, request.method)
             body = await request.body() if request.method == "POST" else b""
-            content = await run_in_threadpool(call_model_server, self.model_server, target, body)
+            content = await run_blocking(
+                call_model_server, self.model_server, target, body, limiter=self.limiters["tfs"]
+            )
             return Response(content, media_type=JSON)
         except TfbatchError as err:
             return error_response(err)
@@ -123,8 +126,8 @@ class TfsRestEndpoint:
             return error_response(from_exception(exc))
 
 
-def tfs_routes(model_server: Any) -> list[Route]:
-    endpoint = TfsRestEndpoint(model_server)
+def tfs_routes(model_server: Any, limiters: Limiters | None = None) -> list[Route]:
+    endpoint = TfsRestEndpoint(model_server, limiters)
     return [Route("/v1/models/{rest:path}", endpoint.handle, methods=["GET", "POST"], name="tfs")]
 
 
