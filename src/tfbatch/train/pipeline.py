@@ -1,0 +1,76 @@
+"""tf.data input from the TFRecords written by :mod:`tfbatch.train.data`.
+
+Scaling uses :func:`tfbatch.train.export.scale_pixels`, the function the exported
+serving graph applies, so training and serving see identical inputs. Augmentation
+is the seed's pad-crop-flip, each part switchable: a horizontal flip turns a
+CIFAR truck into a truck, but a digit 2 into something that is not a 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+from pydantic import BaseModel, Field
+
+from tfbatch.errors import NotFound
+from tfbatch.train.dataset_info import DatasetInfo, parse_example, split_path
+from tfbatch.train.export import scale_pixels
+
+
+class Augment(BaseModel):
+    pad: int = Field(4, ge=0, description="zero-pad each side, then random-crop back; 0 = off")
+    flip: bool = Field(True, description="random left-right flip")
+
+    @classmethod
+    def none(cls) -> "Augment":
+        return cls(pad=0, flip=False)
+
+
+def augment_image(image: tf.Tensor, augment: Augment) -> tf.Tensor:
+    """float32 [H, W, C] -> same shape, randomly shifted by up to ``pad`` pixels and flipped."""
+    if augment.pad:
+        height, width, channels = image.shape
+        padded = tf.image.resize_with_crop_or_pad(image, height + 2 * augment.pad, width + 2 * augment.pad)
+        image = tf.image.random_crop(padded, [height, width, channels])
+    if augment.flip:
+        image = tf.image.random_flip_left_right(image)
+    return image
+
+
+def split_dataset(
+    root: str | Path,
+    split: str,
+    info: DatasetInfo,
+    *,
+    batch_size: int,
+    augment: Augment | None = None,
+    shuffle_seed: int | None = None,
+    shard: tuple[int, int] = (1, 0),
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Batches of (float32 images in [0, 1], int64 labels) from one split.
+
+    ``shard=(count, index)`` keeps every count-th record, so each worker of a
+    multi-worker job reads a disjoint part; it is applied before shuffling so the
+    parts stay disjoint whatever the seed.
+    """
+    path = split_path(root, split)
+    if not path.is_file():
+        raise NotFound(f"dataset {root}: split {split!r} expected at {path}, not found")
+    dataset = tf.data.TFRecordDataset(str(path))
+    count, index = shard
+    if count > 1:
+        dataset = dataset.shard(count, index)
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False)
+
+    def prepare(record):
+        image, label = parse_example(record, info)
+        image = scale_pixels(image)
+        if augment is not None:
+            image = augment_image(image, augment)
+        return image, label
+
+    dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
