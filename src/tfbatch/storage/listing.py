@@ -33,31 +33,35 @@ class ObjectRef:
 def list_prefix(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[ObjectRef]:
     """Every object whose location starts with ``prefix_uri``, in key order, streamed.
 
-    S3 (and other remote stores): a plain string prefix, so ``s3://b/data/img`` matches
+    S3 and other remote stores: a plain string prefix, so ``s3://b/data/img`` matches
     ``data/img1.jpg`` and ``data/img/a.jpg``. Keys are relative to the prefix's folder part
     (``img1.jpg``, ``img/a.jpg``). Local paths: an existing folder lists everything below
     it (keys relative to it); anything else is a file-name prefix within its parent folder.
     Keys ending in '/' (folder markers made by consoles) are skipped.
     """
-    for page in iter_pages(prefix_uri, page_size=page_size):
-        yield from page
-
-
-def iter_pages(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[list[ObjectRef]]:
-    """``list_prefix`` one page at a time (one ListObjectsV2 call per page on S3)."""
     if page_size < 1:
         raise ValueError(f"page_size: expected >= 1, got {page_size}")
     prefix_uri = normalize(prefix_uri)
     proto = protocol_of(prefix_uri)
     if proto == "s3":
+        for page in _s3_pages(prefix_uri, page_size):
+            yield from page
+    elif proto == LOCAL:
+        yield from _local_walk(prefix_uri)
+    else:
+        yield from _fsspec_walk(prefix_uri)
+
+
+def iter_pages(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[list[ObjectRef]]:
+    """``list_prefix`` in lists of up to ``page_size`` (one ListObjectsV2 call each on S3)."""
+    if page_size < 1:
+        raise ValueError(f"page_size: expected >= 1, got {page_size}")
+    prefix_uri = normalize(prefix_uri)
+    if protocol_of(prefix_uri) == "s3":
         yield from _s3_pages(prefix_uri, page_size)
         return
-    if proto == LOCAL:
-        refs = _local_walk(prefix_uri)
-    else:
-        refs = _fsspec_walk(prefix_uri)
     page: list[ObjectRef] = []
-    for ref in refs:
+    for ref in list_prefix(prefix_uri):
         page.append(ref)
         if len(page) >= page_size:
             yield page
@@ -141,13 +145,13 @@ def _scan(folder: str, rel: str, name_prefix: str, root_uri: str, seen: set[tupl
 
 
 def _fsspec_walk(prefix_uri: str) -> Iterator[ObjectRef]:
+    # Other remote stores (gcs, az, memory) are object stores too: same string-prefix rule
+    # as S3. Their listing is not paginated here; fsspec's find() returns it whole.
     fs, path = get_fs(prefix_uri)
-    if fs.isdir(path):
-        folder_uri = prefix_uri if prefix_uri.endswith("/") else prefix_uri + "/"
-        base, name_prefix = path.rstrip("/"), ""
-    else:
-        folder_uri = dirname_prefix(prefix_uri)
-        base, _, name_prefix = path.rpartition("/")
+    if prefix_uri.endswith("/") and not path.endswith("/"):
+        path += "/"  # fsspec strips it, but here it means "this folder, not a name prefix"
+    folder_uri = dirname_prefix(prefix_uri)
+    base, _, name_prefix = path.rpartition("/")
     if not base or not fs.isdir(base):
         return
     found = fs.find(base, detail=True)
