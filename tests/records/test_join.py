@@ -1,0 +1,150 @@
+"""DataProcessing: InputFilter, JoinSource=Input and OutputFilter per content type."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.records import DataProcessor, content_kind
+
+
+def test_content_kinds():
+    assert content_kind("text/csv; charset=utf-8") == "csv"
+    assert content_kind("application/json") == "json"
+    assert content_kind("application/jsonlines") == "jsonlines"
+    assert content_kind("application/x-image") is None
+
+
+def test_defaults_pass_bytes_through_untouched():
+    dp = DataProcessor(None, "$", "None", "application/x-image", "image/png")
+    assert not dp.active
+    assert dp.filter_input(b"\x89PNG") == b"\x89PNG"
+    assert dp.process_output(b"\x89PNG", b"\x00raw") == b"\x00raw"
+
+
+# ---- CSV ------------------------------------------------------------------------
+
+
+def test_csv_id_column_excluded_then_joined_back():
+    # the developer guide's example: InputFilter $[1:], JoinSource Input, OutputFilter $
+    dp = DataProcessor("$[1:]", "$", "Input", "text/csv", "text/csv")
+    assert dp.filter_input(b"id7,1.5,2,3") == b"1.5,2,3"
+    assert dp.process_output(b"id7,1.5,2,3", b"0.93\n") == b"id7,1.5,2,3,0.93"
+
+
+def test_csv_output_filter_keeps_id_and_prediction():
+    dp = DataProcessor("$[1:]", "$[0,-1]", "Input", "text/csv", "text/csv")
+    assert dp.process_output(b"id7,1,2,3", b"1") == b"id7,1"
+
+
+def test_csv_join_guide_example():
+    # "if the record is [1,2,3], and the label result is [1], then the output ... [1,2,3,1]"
+    dp = DataProcessor(None, None, "Input", "text/csv", "text/csv")
+    assert dp.process_output(b"1,2,3", b"1") == b"1,2,3,1"
+
+
+def test_csv_quoting_survives():
+    dp = DataProcessor("$[1:]", None, "Input", "text/csv", "text/csv")
+    assert dp.filter_input(b'"a,b",x,"say ""hi"""') == b'x,"say ""hi"""'
+    assert dp.process_output(b'"a,b",x', b"0.5,0.5") == b'"a,b",x,0.5,0.5'
+
+
+def test_csv_join_with_tfs_json_answer_appends_the_row():
+    dp = DataProcessor("$[1:]", None, "Input", "text/csv", "application/json")
+    out = dp.process_output(b"id7,1,2", b'{"predictions": [[0.25, 0.75]]}')
+    assert out == b"id7,1,2,0.25,0.75"
+
+
+def test_csv_whole_object_rows_processed_row_by_row():
+    dp = DataProcessor("$[1:]", "$[0,-1]", "Input", "text/csv", "text/csv")
+    assert dp.filter_input(b"a,1,2\nb,3,4\n") == b"1,2\n3,4\n"
+    assert dp.process_output(b"a,1,2\nb,3,4\n", b"0\n1\n") == b"a,0\nb,1\n"
+    with pytest.raises(InvalidInput, match="2 rows but the output has 3 lines"):
+        dp.process_output(b"a,1,2\nb,3,4\n", b"0\n1\n2\n")
+
+
+def test_csv_paths_must_be_index_paths():
+    with pytest.raises(JobSpecError, match="CSV rows are arrays"):
+        DataProcessor("$.features", None, None, "text/csv", "text/csv")
+    with pytest.raises(JobSpecError, match="OutputFilter"):
+        DataProcessor(None, "$['id','SageMakerOutput']", "Input", "text/csv", "text/csv")
+
+
+def test_csv_out_of_range_output_filter_is_an_error():
+    dp = DataProcessor(None, "$[0,9]", "Input", "text/csv", "text/csv")
+    with pytest.raises(InvalidInput, match="index 9 is outside an array of 4 elements"):
+        dp.process_output(b"1,2,3", b"1")
+
+
+# ---- JSON -----------------------------------------------------------------------
+
+
+def test_json_object_gets_sagemaker_output_key():
+    dp = DataProcessor("$.features", "$['id','SageMakerOutput']", "Input", "application/json", "application/json")
+    record = b'{"id": 3, "features": [1, 2], "note": "x"}'
+    assert json.loads(dp.filter_input(record)) == [1, 2]
+    out = dp.process_output(record, b'{"predictions": [0.9]}')
+    assert json.loads(out) == {"id": 3, "SageMakerOutput": {"predictions": [0.9]}}
+
+
+def test_json_guide_example_key_and_label():
+    dp = DataProcessor(None, None, "Input", "application/json", "application/json")
+    assert json.loads(dp.process_output(b'{"key":1}', b'{"label":1}')) == {"key": 1, "SageMakerOutput": {"label": 1}}
+
+
+def test_json_array_input_is_wrapped():
+    dp = DataProcessor(None, None, "Input", "application/json", "application/json")
+    out = dp.process_output(b"[1, 2, 3]", b"[0.5]")
+    assert json.loads(out) == {"SageMakerInput": [1, 2, 3], "SageMakerOutput": [0.5]}
+    out = dp.process_output(b'"just text"', b"7")
+    assert json.loads(out) == {"SageMakerInput": "just text", "SageMakerOutput": 7}
+
+
+def test_json_join_joins_the_raw_input_not_the_filtered_one():
+    dp = DataProcessor("$.features", None, "Input", "application/json", "application/json")
+    out = json.loads(dp.process_output(b'{"id": 1, "features": [5]}', b"[1]"))
+    assert out == {"id": 1, "features": [5], "SageMakerOutput": [1]}
+
+
+def test_output_filter_without_join_applies_to_the_output():
+    dp = DataProcessor(None, "$.predictions[0]", None, "application/json", "application/json")
+    assert json.loads(dp.process_output(b"{}", b'{"predictions": [[1, 2]]}')) == [1, 2]
+
+
+def test_bad_json_record_is_invalid_input():
+    dp = DataProcessor("$.a", None, None, "application/json", "application/json")
+    with pytest.raises(InvalidInput, match="input record is not valid JSON"):
+        dp.filter_input(b"{not json")
+
+
+# ---- JSON Lines -----------------------------------------------------------------
+
+
+def test_json_lines_per_line():
+    dp = DataProcessor("$.x", "$.SageMakerOutput", "Input", "application/jsonlines", "application/jsonlines")
+    assert dp.filter_input(b'{"x": [1], "id": "a"}') == b"[1]"
+    assert dp.process_output(b'{"x": [1], "id": "a"}', b'{"y": 2}\n') == b'{"y":2}'
+    whole = b'{"x": 1}\n[2]\n'
+    joined = DataProcessor(None, None, "Input", "application/jsonlines", "application/jsonlines").process_output(
+        whole, b'"a"\n"b"\n'
+    )
+    assert [json.loads(line) for line in joined.splitlines()] == [
+        {"x": 1, "SageMakerOutput": "a"},
+        {"SageMakerInput": [2], "SageMakerOutput": "b"},
+    ]
+
+
+# ---- spec validation ------------------------------------------------------------
+
+
+def test_filters_need_csv_or_json_content():
+    with pytest.raises(JobSpecError, match="needs ContentType text/csv, application/json or application/jsonlines; got 'application/x-image'"):
+        DataProcessor("$[1:]", None, None, "application/x-image", None)
+    with pytest.raises(JobSpecError, match="needs Accept"):
+        DataProcessor(None, None, "Input", "application/json", "image/png")
+    with pytest.raises(JobSpecError, match="JoinSource 'Both'"):
+        DataProcessor(None, None, "Both", "text/csv", "text/csv")
+    with pytest.raises(JobSpecError, match="invalid JSONPath"):
+        DataProcessor("$..x", None, None, "application/json", None)

@@ -1,0 +1,105 @@
+"""BatchStrategy: payload forming under MaxPayloadInMB, and splitting responses back."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfbatch.errors import JobSpecError, PayloadTooLarge, RecordError
+from tfbatch.records import Payload, Record, form_payloads, iter_records, split_multi_response, write_tfrecord
+
+
+def rec(i: int, data: bytes, raw: bytes | None = None, error=None) -> Record:
+    return Record(i, i * 100, data, raw if raw is not None else data + b"\n", error)
+
+
+def test_single_record_strips_framing():
+    recs = list(iter_records(io.BytesIO(write_tfrecord([b"aa", b"bbb"])), "TFRecord"))
+    payloads = list(form_payloads(recs, "SingleRecord", 6 * 1024 * 1024))
+    assert [p.body for p in payloads] == [b"aa", b"bbb"]
+    assert [p.records for p in payloads] == [[recs[0]], [recs[1]]]
+
+
+def test_multi_record_keeps_framing():
+    blob = write_tfrecord([b"aa", b"bbb", b"c"])
+    recs = list(iter_records(io.BytesIO(blob), "TFRecord"))
+    (payload,) = form_payloads(recs, "MultiRecord", None)
+    assert payload.body == blob and payload.error is None
+
+
+def test_oversized_record_isolated_with_named_error():
+    recs = [rec(0, b"a" * 3), rec(1, b"b" * 50), rec(2, b"c" * 3)]
+    out = list(form_payloads(recs, "MultiRecord", 10, source="s3://b/k"))
+    assert [[r.index for r in p.records] for p in out] == [[0], [1], [2]]
+    assert out[0].error is None and out[2].error is None
+    assert isinstance(out[1].error, PayloadTooLarge)
+    assert str(out[1].error).startswith("s3://b/k record 1 at byte 100: 51 bytes exceeds MaxPayloadInMB (10 bytes)")
+    single = list(form_payloads(recs, "SingleRecord", 10))
+    assert [p.error is None for p in single] == [True, False, True]
+
+
+def test_error_record_never_shares_a_payload():
+    bad = rec(1, b"", b"", RecordError("record 1 at byte 100: data CRC32C mismatch"))
+    recs = [rec(0, b"a"), bad, rec(2, b"c"), rec(3, b"d")]
+    out = list(form_payloads(recs, "MultiRecord", 0))
+    assert [[r.index for r in p.records] for p in out] == [[0], [1], [2, 3]]
+    assert out[1].error is bad.error and out[2].body == b"c\nd\n"
+
+
+def test_strategy_names():
+    assert list(form_payloads([rec(0, b"a")], "SINGLE_RECORD", None))[0].body == b"a"
+    with pytest.raises(JobSpecError, match="BatchStrategy 'Batch'"):
+        form_payloads([], "Batch", None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 30), max_size=25),
+    limit=st.one_of(st.none(), st.just(0), st.integers(1, 60)),
+    bad=st.sets(st.integers(0, 24)),
+)
+def test_multi_record_properties(sizes, limit, bad):
+    recs = [
+        rec(i, b"x" * n, error=RecordError("bad") if i in bad else None) for i, n in enumerate(sizes)
+    ]
+    out = list(form_payloads(iter(recs), "MultiRecord", limit))
+    # order kept, every record exactly once, never split
+    assert [r for p in out for r in p.records] == recs
+    for p in out:
+        if p.error is None:
+            assert p.body == b"".join(r.raw for r in p.records)
+            assert all(r.error is None for r in p.records)
+            if limit:
+                assert len(p.body) <= limit
+        else:
+            assert len(p.records) == 1
+            r = p.records[0]
+            assert r.error is not None or (limit and len(r.raw) > limit)
+    # greedy: a good payload could not have taken the next good record
+    if limit:
+        for a, b in zip(out, out[1:]):
+            if a.error is None and b.error is None:
+                assert len(a.body) + len(b.records[0].raw) > limit
+
+
+def test_split_json_predictions():
+    payload = Payload([rec(0, b"a"), rec(1, b"b")], b"a\nb\n")
+    parts = split_multi_response(payload, b'{"predictions": [[1, 2], [3, 4]]}')
+    assert [json.loads(p) for p in parts] == [{"predictions": [[1, 2]]}, {"predictions": [[3, 4]]}]
+    assert split_multi_response(payload, b'{"predictions": [[1, 2]]}') is None
+    assert split_multi_response(payload, b'{"error": "boom"}') is None
+
+
+def test_split_lines():
+    payload = Payload([rec(0, b"a"), rec(1, b"b"), rec(2, b"c")], b"a\nb\nc\n")
+    assert split_multi_response(payload, b"1\n2\r\n3\n") == [b"1\n", b"2\r\n", b"3\n"]
+    assert split_multi_response(payload, b"1\n2\n3") == [b"1\n", b"2\n", b"3"]
+    assert b"".join(split_multi_response(payload, b'{"a":1}\n{"a":2}\n{"a":3}\n')) == b'{"a":1}\n{"a":2}\n{"a":3}\n'
+    assert split_multi_response(payload, b"1\n2\n") is None
+    assert split_multi_response(payload, b"\x89PNG...") is None
+    one = Payload([rec(0, b"a")], b"a\n")
+    assert split_multi_response(one, b"anything\n\n") == [b"anything\n\n"]
