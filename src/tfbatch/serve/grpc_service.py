@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from concurrent import futures
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import grpc
 import numpy as np
@@ -256,6 +256,7 @@ def start_grpc_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_workers: int = 16,
     reuse_port: bool = False,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, int]:
     """Start a PredictionService + ModelService server; returns it and its bound port."""
     options = [
@@ -267,6 +268,7 @@ def start_grpc_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tfbatch-grpc"),
         options=options,
+        interceptors=list(interceptors),
     )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(model_server), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(model_server), server)

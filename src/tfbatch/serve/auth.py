@@ -1,0 +1,77 @@
+"""Optional bearer-token authentication: every HTTP route but ``/ping``, and every gRPC call.
+
+``/ping`` stays open because load balancers and orchestrators probe it without credentials.
+Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import grpc
+
+from tfbatch.errors import Unauthorized
+
+OPEN_PATHS = frozenset({"/ping"})
+
+
+def _token_ok(header: str | None, token: str) -> bool:
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+class BearerAuthMiddleware:
+    """Pure ASGI middleware: 401 ``{"error": ...}`` unless ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str):
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        if _token_ok(header, self.token):
+            await self.app(scope, receive, send)
+            return
+        err = Unauthorized(
+            "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
+            "(the token given with --auth-token or TFBATCH_AUTH_TOKEN)"
+        )
+        body = err.to_json()
+        await send({
+            "type": "http.response.start",
+            "status": err.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="tfbatch"'),
+            ],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuthInterceptor(grpc.ServerInterceptor):
+    """gRPC: the token travels as ``authorization: Bearer <token>`` call metadata."""
+
+    def __init__(self, token: str):
+        self.token = token
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token in 'authorization' metadata")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation, handler_call_details):
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        if _token_ok(metadata.get("authorization"), self.token):
+            return continuation(handler_call_details)
+        return self._deny
