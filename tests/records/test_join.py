@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tfbatch.errors import InvalidInput, JobSpecError
 from tfbatch.records import DataProcessor, content_kind
@@ -148,3 +150,20 @@ def test_filters_need_csv_or_json_content():
         DataProcessor(None, None, "Both", "text/csv", "text/csv")
     with pytest.raises(JobSpecError, match="invalid JSONPath"):
         DataProcessor("$..x", None, None, "application/json", None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))), min_size=2, max_size=6),
+    picks=st.lists(st.integers(0, 1), min_size=1, max_size=3),
+)
+def test_csv_filter_round_trips_any_cells(cells, picks):
+    from tfbatch.records.join import _dump_csv
+
+    dp = DataProcessor(f"$[{','.join(map(str, picks))}]", None, None, "text/csv", None)
+    line = _dump_csv(cells)
+    expected = _dump_csv([cells[i] for i in picks])
+    assert dp.filter_input(line) == expected
+    # and the joined row parses back to the input cells followed by the output's
+    joined = DataProcessor(None, None, "Input", "text/csv", "text/csv").process_output(line, b"0.5")
+    assert DataProcessor("$[:-2]", None, None, "text/csv", None).filter_input(joined) == line

@@ -211,6 +211,8 @@ def _load_csv(line: bytes) -> list[Any]:
         raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
     if not text:
         return []
+    if '"' not in text:  # no quoting: str.split is exact and ~10x faster than csv
+        return text.split(",")
     try:
         return next(csv.reader([text]))
     except csv.Error as exc:
@@ -225,10 +227,15 @@ def _cell(value: Any) -> str:
     return json.dumps(value)  # numbers keep JSON spelling; true/false; nested as JSON text
 
 
+_NEEDS_QUOTES = frozenset(',"\r\n')
+
+
 def _dump_csv(value: Any) -> bytes:
-    cells = value if isinstance(value, list) else [value]
+    cells = [_cell(c) for c in (value if isinstance(value, list) else [value])]
+    if not any(_NEEDS_QUOTES.intersection(c) for c in cells):
+        return ",".join(cells).encode("utf-8")
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([_cell(c) for c in cells])
+    csv.writer(buf, lineterminator="\n").writerow(cells)
     return buf.getvalue()[:-1].encode("utf-8")
 
 
