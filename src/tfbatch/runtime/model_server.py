@@ -121,8 +121,9 @@ class ModelServer:
     def _run(self, servable: Servable, sig: SignatureInfo, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = servable.prepare_inputs(sig.name, inputs)
         if self.settings.enable_batching and _batchable(sig, arrays):
-            batcher = self._batcher(servable, sig)
-            future = batcher.submit(arrays, block=False)
+            # A full queue pushes back on the caller instead of refusing: in a batch job a
+            # refused request is lost work, and the HTTP layer bounds waiting time itself.
+            future = self._batcher(servable, sig).submit(arrays, block=True)
             return future.result()
         return servable.run_prepared(sig.name, arrays)
 
