@@ -40,8 +40,14 @@ def image_server(image_dir):
     server.close()
 
 
-def write_script(directory: Path, source: str) -> Path:
+def _write_script(directory: Path, source: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "inference.py"
     path.write_text(textwrap.dedent(source))
     return path
+
+
+@pytest.fixture
+def write_script():
+    """write_script(folder, source) -> path of folder/inference.py."""
+    return _write_script

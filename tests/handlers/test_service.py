@@ -3,7 +3,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import write_script
 from PIL import Image
 
 from tfbatch.handlers.service import InferenceService, InvocationRequest
@@ -110,7 +109,7 @@ PAIR_SCRIPT = """
 """
 
 
-def test_pair_mode_in_process_gives_a_requests_response(tmp_path, image_server):
+def test_pair_mode_in_process_gives_a_requests_response(write_script, tmp_path, image_server):
     handlers = load_handlers(write_script(tmp_path / "code", PAIR_SCRIPT))
     service = InferenceService(image_server, handlers)
     resp = service.invoke(InvocationRequest(body=_png(10), content_type="application/x-image"))
@@ -121,7 +120,7 @@ def test_pair_mode_in_process_gives_a_requests_response(tmp_path, image_server):
     assert status == 200 and json.loads(text) == parsed == json.loads(resp.body)
 
 
-def test_pair_mode_non_200_reaches_output_handler_and_user_error_is_500(tmp_path, image_server):
+def test_pair_mode_non_200_reaches_output_handler_and_user_error_is_500(write_script, tmp_path, image_server):
     handlers = load_handlers(write_script(tmp_path / "code", PAIR_SCRIPT))
     resp = InferenceService(image_server, handlers).invoke(
         InvocationRequest(body=b"garbage", content_type="application/x-image"))
@@ -131,14 +130,14 @@ def test_pair_mode_non_200_reaches_output_handler_and_user_error_is_500(tmp_path
     assert json.loads(resp.body)["error"].startswith("model said: ")
 
 
-def test_handler_returning_wrong_shape_is_500_naming_the_contract(tmp_path, linear_server):
+def test_handler_returning_wrong_shape_is_500_naming_the_contract(write_script, tmp_path, linear_server):
     handlers = load_handlers(write_script(tmp_path / "code", "def handler(d, c): return b'x'\n"))
     resp = InferenceService(linear_server, handlers).invoke(InvocationRequest(body=b""))
     assert resp.status == 500
     assert "(body, content_type)" in json.loads(resp.body)["error"]
 
 
-def test_context_values_seen_by_handler(tmp_path, linear_server):
+def test_context_values_seen_by_handler(write_script, tmp_path, linear_server):
     handlers = load_handlers(write_script(tmp_path / "code", """
         import json
         def handler(data, context):

@@ -2,13 +2,12 @@ import sys
 import zipfile
 
 import pytest
-from conftest import write_script
 
 from tfbatch.errors import DependencyMissing, HandlerError
 from tfbatch.handlers.user_code import load_handlers, load_module
 
 
-def test_single_handler_wins_over_pair(tmp_path):
+def test_single_handler_wins_over_pair(write_script, tmp_path):
     script = write_script(tmp_path / "code", """
         def handler(data, context): return b"h", "text/plain"
         def input_handler(data, context): return data.read()
@@ -19,7 +18,7 @@ def test_single_handler_wins_over_pair(tmp_path):
     assert handlers.input_handler is None
 
 
-def test_pair_mode(tmp_path):
+def test_pair_mode(write_script, tmp_path):
     script = write_script(tmp_path / "code", """
         def input_handler(data, context): return data.read()
         def output_handler(response, context): return response.content, "application/json"
@@ -28,13 +27,13 @@ def test_pair_mode(tmp_path):
 
 
 @pytest.mark.parametrize("only", ["input_handler", "output_handler"])
-def test_half_a_pair_is_the_containers_error(tmp_path, only):
+def test_half_a_pair_is_the_containers_error(write_script, tmp_path, only):
     script = write_script(tmp_path / only / "code", f"def {only}(a, b): return a\n")
     with pytest.raises(HandlerError, match="Handlers are not implemented correctly in user script"):
         load_handlers(script)
 
 
-def test_module_code_runs_once_and_is_named_inference(tmp_path):
+def test_module_code_runs_once_and_is_named_inference(write_script, tmp_path):
     script = write_script(tmp_path / "code", """
         COUNT = [0]
         COUNT[0] += 1
@@ -47,7 +46,7 @@ def test_module_code_runs_once_and_is_named_inference(tmp_path):
     assert first.COUNT == [1]
 
 
-def test_code_lib_is_importable(tmp_path):
+def test_code_lib_is_importable(write_script, tmp_path):
     code = tmp_path / "code"
     (code / "lib" / "vendored_pkg_tfb").mkdir(parents=True)
     (code / "lib" / "vendored_pkg_tfb" / "__init__.py").write_text("VALUE = 42\n")
@@ -58,7 +57,7 @@ def test_code_lib_is_importable(tmp_path):
     assert load_handlers(script).handler(None, None) == ("42", "text/plain")
 
 
-def test_missing_dependency_names_package_and_flag(tmp_path):
+def test_missing_dependency_names_package_and_flag(write_script, tmp_path):
     code = tmp_path / "code"
     script = write_script(code, "import tfbatch_no_such_pkg\ndef handler(d, c): pass\n")
     (code / "requirements.txt").write_text("tfbatch_no_such_pkg==1.0\n")
@@ -68,7 +67,7 @@ def test_missing_dependency_names_package_and_flag(tmp_path):
     assert "--install-requirements" in str(err.value)
 
 
-def test_script_import_error_is_reported_with_the_script(tmp_path):
+def test_script_import_error_is_reported_with_the_script(write_script, tmp_path):
     script = write_script(tmp_path / "code", "raise RuntimeError('boom at import')\n")
     with pytest.raises(HandlerError, match="boom at import") as err:
         load_handlers(script)
@@ -87,7 +86,7 @@ def _write_wheel(directory, name: str) -> str:
     return str(wheel)
 
 
-def test_requirements_installed_only_when_asked(tmp_path):
+def test_requirements_installed_only_when_asked(write_script, tmp_path):
     import subprocess
 
     name = "tfbatch_req_probe"
