@@ -16,7 +16,7 @@ from tfbatch.storage.io import (
     write_text,
 )
 from tfbatch.storage.listing import ObjectRef, iter_pages, list_manifest, list_prefix, read_manifest
-from tfbatch.storage.retry import is_transient, retry
+from tfbatch.storage.backoff import is_transient, retry
 from tfbatch.storage.uri import get_fs, is_local, join, normalize, protocol_of, relative_key
 
 __all__ = [

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from tfbatch.errors import NotFound
-from tfbatch.storage.retry import is_transient, retry
+from tfbatch.storage.backoff import is_transient, retry
 from tfbatch.storage.uri import LOCAL, get_fs, normalize, protocol_of, split_s3
 
 __all__ = [

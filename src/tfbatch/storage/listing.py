@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from tfbatch.errors import JobSpecError
 from tfbatch.storage.io import ObjectNotFound, read_bytes
-from tfbatch.storage.retry import retry
+from tfbatch.storage.backoff import retry
 from tfbatch.storage.uri import LOCAL, dirname_prefix, get_fs, join, normalize, protocol_of, split_s3
 
 DEFAULT_PAGE_SIZE = 1000  # S3's own maximum for ListObjectsV2
