@@ -103,3 +103,11 @@ def test_split_lines():
     assert split_multi_response(payload, b"\x89PNG...") is None
     one = Payload([rec(0, b"a")], b"a\n")
     assert split_multi_response(one, b"anything\n\n") == [b"anything\n\n"]
+
+
+def test_multi_record_line_payloads_are_whole_raw_lines():
+    blob = b"1,2\r\n3,4\n5,6"
+    recs = list(iter_records(io.BytesIO(blob), "Line"))
+    out = list(form_payloads(recs, "MultiRecord", 9))
+    assert [p.body for p in out] == [b"1,2\r\n3,4\n", b"5,6"]
+    assert [p.body for p in form_payloads(recs, "SingleRecord", 9)] == [b"1,2", b"3,4", b"5,6"]

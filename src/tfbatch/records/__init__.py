@@ -20,7 +20,12 @@ from tfbatch.records.framing import (
 )
 from tfbatch.records.join import DataProcessor, content_kind, normalize_join_source
 from tfbatch.records.jsonpath import JsonPath, compile_path
-from tfbatch.records.payloads import Payload, form_payloads, normalize_strategy, split_multi_response
+from tfbatch.records.payloads import (
+    Payload,
+    form_payloads,
+    normalize_strategy,
+    split_multi_response,
+)
 
 __all__ = [
     "RECORDIO_MAGIC",

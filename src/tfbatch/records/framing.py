@@ -226,9 +226,13 @@ def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
         while True:
             part_at = src.offset - len(header)
             if len(header) < 8:
-                what = "a multi-part record ends before its last part (cflag 3)" if not header else (
-                    f"truncated RecordIO header at byte {part_at} (expected 8 bytes, got {len(header)})"
-                )
+                if not header:
+                    what = "a multi-part record ends before its last part (cflag 3)"
+                else:
+                    what = (
+                        f"truncated RecordIO header at byte {part_at} "
+                        f"(expected 8 bytes, got {len(header)})"
+                    )
                 yield _recordio_error(index, offset, parts, raws, header, f"{at}: {what}")
                 return
             magic, lrec = _RECORDIO_HEADER.unpack(header)
@@ -243,7 +247,10 @@ def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
             length, cflag = lrec & _RECORDIO_LEN_MASK, lrec >> 29
             if (cflag not in (0, 1)) if first else (cflag not in (2, 3)):
                 expected = "0 or 1 (start of a record)" if first else "2 or 3 (continuation)"
-                msg = f"{at}: unexpected RecordIO cflag {cflag} at byte {part_at} (expected {expected})"
+                msg = (
+                    f"{at}: unexpected RecordIO cflag {cflag} at byte {part_at} "
+                    f"(expected {expected})"
+                )
                 yield _recordio_error(index, offset, parts, raws, header, msg)
                 return
             padded = (length + 3) & ~3
@@ -333,7 +340,8 @@ def frame_recordio(data: bytes) -> bytes:
         if i % 4:
             i = data.find(RECORDIO_MAGIC_BYTES, i + 1)
             continue
-        out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, ((1 if dptr == 0 else 2) << 29) | (i - dptr)))
+        cflag = 1 if dptr == 0 else 2
+        out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, (cflag << 29) | (i - dptr)))
         out.append(data[dptr:i])
         dptr = i + 4
         i = data.find(RECORDIO_MAGIC_BYTES, dptr)

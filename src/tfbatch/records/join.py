@@ -70,7 +70,8 @@ class DataProcessor:
         self.join = normalize_join_source(join_source)
         self.in_kind = content_kind(content_type)
         self.out_kind = content_kind(accept) if accept else self.in_kind
-        self.active = self.join or not (self.input_path.is_identity and self.output_path.is_identity)
+        identity = self.input_path.is_identity and self.output_path.is_identity
+        self.active = self.join or not identity
         if not self.active:
             return
         if self.in_kind is None:

@@ -70,7 +70,8 @@ def _single(records: Iterable[Record], limit: int, source: str) -> Iterator[Payl
         if record.error is not None:
             yield Payload([record], record.data, record.error)
         elif limit and len(record.data) > limit:
-            yield Payload([record], record.data, _too_large(record, len(record.data), limit, source))
+            error = _too_large(record, len(record.data), limit, source)
+            yield Payload([record], record.data, error)
         else:
             yield Payload([record], record.data)
 
