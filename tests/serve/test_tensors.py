@@ -56,3 +56,16 @@ def test_dtype_enum():
     assert dtype_enum("float32") == tf.float32.as_datatype_enum
     assert dtype_enum("string") == tf.string.as_datatype_enum
     assert dtype_enum("bfloat16") == tf.bfloat16.as_datatype_enum
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64, np.bool_])
+def test_outputs_use_typed_value_lists_like_tf_serving(dtype):
+    """Seed 003 reads ``outputs['predictions'].float_val`` directly: that field must be filled."""
+    array = (np.arange(6).reshape(2, 3) % 3).astype(dtype)
+    proto = from_ndarray(array)
+    assert proto.tensor_content == b""
+    field = {np.float32: "float_val", np.float64: "double_val", np.int64: "int64_val",
+             np.bool_: "bool_val"}.get(dtype, "int_val")
+    np.testing.assert_array_equal(np.array(getattr(proto, field)).reshape(2, 3), array)
+    np.testing.assert_array_equal(tf.make_ndarray(proto), array)
+    np.testing.assert_array_equal(tf.make_ndarray(from_ndarray(array, tensor_content=True)), array)

@@ -35,6 +35,8 @@ class ServeSettings(pydantic.BaseModel):
     # Threads per kind of HTTP work (TFS routes, /invocations); bounds concurrent model calls.
     http_threads: int = pydantic.Field(64, ge=1)
     install_requirements: bool = False
+    # Set by the --workers supervisor: each worker process binds the shared ports.
+    reuse_port: bool = False
     log_level: str = "info"
     # Batching and threading knobs, as a dict of RuntimeSettings overrides (env fills the rest).
     runtime: dict[str, Any] = pydantic.Field(default_factory=dict)

@@ -1,0 +1,204 @@
+"""``tfbatch serve``: one worker process, or a supervisor of N workers sharing the ports.
+
+A worker: open the artifact -> load every model -> load code/inference.py -> start gRPC ->
+listen on HTTP. It listens only once models are loaded, so ``/ping`` answers 200 from any
+worker that answers at all. SIGTERM/SIGINT: uvicorn stops accepting and finishes in-flight
+requests (up to ``graceful_timeout_s``), then gRPC drains with the same grace, then batchers.
+
+``--workers N``: N worker processes, each binding the HTTP and gRPC ports with SO_REUSEPORT so
+the kernel spreads connections over them. Processes rather than uvicorn's own ``workers=``
+because each must load models and start its own gRPC server, and because TensorFlow must
+never be forked. Handler scripts get ``context.rest_uri``/``grpc_port`` pointing at a
+per-worker loopback TFS endpoint (unauthenticated, 127.0.0.1): a script's sub-request then
+never waits behind bearer auth or behind the ``/invocations`` threads that issued it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from tfbatch.serve.loopback import bind_socket
+from tfbatch.serve.settings import ServeSettings
+
+log = logging.getLogger(__name__)
+
+SETTINGS_ENV = "TFBATCH_SERVE_WORKER_SETTINGS"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn.Server that reports readiness once it is listening."""
+
+    def __init__(self, config: uvicorn.Config, on_started):
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_started()
+
+
+def _write_ready(path: str | None, info: dict[str, Any]) -> None:
+    if not path:
+        return
+    tmp = Path(f"{path}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(info))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | None = None) -> int:
+    from tfbatch.artifact import open_artifact
+    from tfbatch.handlers.service import InferenceService
+    from tfbatch.handlers.user_code import load_handlers
+    from tfbatch.runtime import ModelServer
+    from tfbatch.serve.app import build_app
+    from tfbatch.serve.auth import BearerAuthInterceptor
+    from tfbatch.serve.grpc_service import start_grpc_server
+    from tfbatch.serve.loopback import LoopbackEndpoints
+
+    artifact = open_artifact(model_uri)
+    model_server = ModelServer.from_artifact(artifact, settings.runtime_settings())
+    script = getattr(artifact, "inference_script", None)
+    handlers = load_handlers(script, install=settings.install_requirements) if script else None
+
+    grpc_server, grpc_port = None, None
+    if settings.grpc_port >= 0:
+        grpc_server, grpc_port = start_grpc_server(
+            model_server,
+            host=settings.host,
+            port=settings.grpc_port,
+            max_message_bytes=settings.grpc_max_message_bytes,
+            max_workers=settings.grpc_threads,
+            reuse_port=settings.reuse_port,
+            interceptors=[BearerAuthInterceptor(settings.auth_token)] if settings.auth_token else (),
+        )
+    loopback = None
+    if handlers is not None:
+        loopback = LoopbackEndpoints(model_server, grpc_max_message_bytes=settings.grpc_max_message_bytes).start()
+    service = InferenceService(
+        model_server,
+        handlers,
+        rest_port=loopback.rest_port if loopback else None,
+        grpc_port=loopback.grpc_port if loopback else grpc_port,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes,
+    )
+    sock = bind_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
+    port = sock.getsockname()[1]
+    info = {"host": settings.host, "port": port, "grpc_port": grpc_port, "pid": os.getpid(),
+            "models": {n: model_server.versions(n) for n in model_server.model_names()}}
+
+    def started() -> None:
+        log.info("tfbatch serve: http://%s:%s (gRPC port %s), models %s", settings.host, port, grpc_port, info["models"])
+        print(f"tfbatch serve: listening on http://{settings.host}:{port} grpc={grpc_port}", flush=True)
+        _write_ready(ready_file, info)
+
+    config = uvicorn.Config(
+        build_app(service, settings),
+        log_level=settings.log_level,
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=settings.graceful_timeout_s,
+        timeout_keep_alive=75,  # above typical load-balancer idle timeouts (60 s)
+    )
+    try:
+        _Server(config, started).run(sockets=[sock])
+    finally:
+        if grpc_server is not None:
+            grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
+        if loopback is not None:
+            loopback.stop()
+        model_server.close()
+        cleanup = getattr(artifact, "cleanup", None)
+        if callable(cleanup):
+            cleanup()
+        sock.close()
+    return 0
+
+
+def run_server(model_uri: str, settings: ServeSettings, *, ready_file: str | None = None) -> int:
+    if settings.workers == 1:
+        return run_worker(model_uri, settings, ready_file=ready_file)
+    return Supervisor(model_uri, settings, ready_file).run()
+
+
+class Supervisor:
+    """Starts N worker processes on shared ports, forwards SIGTERM/SIGINT, restarts crashed ones."""
+
+    MAX_RESTARTS = 5
+
+    def __init__(self, model_uri: str, settings: ServeSettings, ready_file: str | None):
+        self.model_uri = model_uri
+        self.ready_file = ready_file
+        # Port 0 means "any free port", but all workers must share one: reserve it here with a
+        # bound, never-listening SO_REUSEPORT socket (it takes no connections) kept open meanwhile.
+        self._reserved = []
+        port, grpc_port = settings.port, settings.grpc_port
+        if port == 0:
+            port = self._reserve(settings.host)
+        if grpc_port == 0:
+            grpc_port = self._reserve(settings.host)
+        self.settings = settings.model_copy(update={"port": port, "grpc_port": grpc_port, "reuse_port": True})
+        self.children: dict[int, subprocess.Popen] = {}
+        self._stopping = False
+
+    def _reserve(self, host: str) -> int:
+        sock = bind_socket(host, 0, reuse_port=True)
+        self._reserved.append(sock)
+        return sock.getsockname()[1]
+
+    def _spawn(self, index: int) -> subprocess.Popen:
+        env = dict(os.environ, **{SETTINGS_ENV: self.settings.model_dump_json()})
+        cmd = [sys.executable, "-m", "tfbatch.serve", "--worker", self.model_uri]
+        if self.ready_file:
+            cmd += ["--ready-file", f"{self.ready_file}.worker{index}"]
+        return subprocess.Popen(cmd, env=env)
+
+    def _stop(self, signum, frame) -> None:
+        self._stopping = True
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+
+    def run(self) -> int:
+        previous = {s: signal.signal(s, self._stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        restarts = 0
+        announced = False
+        try:
+            self.children = {i: self._spawn(i) for i in range(self.settings.workers)}
+            while True:
+                if not announced and self.ready_file and all(
+                    Path(f"{self.ready_file}.worker{i}").exists() for i in self.children
+                ):
+                    worker = json.loads(Path(f"{self.ready_file}.worker0").read_text())
+                    _write_ready(self.ready_file, dict(worker, pid=os.getpid(), workers=len(self.children)))
+                    announced = True
+                for i, child in list(self.children.items()):
+                    code = child.poll()
+                    if code is None or self._stopping:
+                        continue
+                    restarts += 1
+                    if restarts > self.MAX_RESTARTS:
+                        log.error("worker %d exited with %s; too many restarts, stopping", i, code)
+                        self._stop(None, None)
+                        break
+                    log.warning("worker %d exited with %s; restarting it", i, code)
+                    self.children[i] = self._spawn(i)
+                if self._stopping and all(c.poll() is not None for c in self.children.values()):
+                    break
+                time.sleep(0.1)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            for sock in self._reserved:
+                sock.close()
+        return 0 if restarts <= self.MAX_RESTARTS else 1
