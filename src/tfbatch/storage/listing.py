@@ -111,7 +111,9 @@ def _local_walk(prefix: str) -> Iterator[ObjectRef]:
     yield from _scan(root, "", name_prefix, root_uri, set())
 
 
-def _scan(folder: str, rel: str, name_prefix: str, root_uri: str, seen: set[tuple[int, int]]) -> Iterator[ObjectRef]:
+def _scan(
+    folder: str, rel: str, name_prefix: str, root_uri: str, seen: set[tuple[int, int]]
+) -> Iterator[ObjectRef]:
     st = os.stat(folder)
     ident = (st.st_dev, st.st_ino)
     if ident in seen:  # a symlink loop
@@ -171,6 +173,7 @@ def read_manifest(uri: str) -> tuple[str, list[str]]:
     not end with one. Raises JobSpecError naming what was expected.
     """
     where = f"manifest '{uri}'"
+    shape = '[{"prefix": "s3://bucket/p/"}, "key", ...]'
     try:
         raw = read_bytes(uri)
     except ObjectNotFound as exc:
@@ -178,24 +181,32 @@ def read_manifest(uri: str) -> tuple[str, list[str]]:
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise JobSpecError(f'{where}: expected a JSON array like [{{"prefix": "s3://bucket/p/"}}, "key", ...], got invalid JSON: {exc}') from exc
+        raise JobSpecError(f"{where}: expected a JSON array like {shape}, got invalid JSON: {exc}") from exc
     if not isinstance(doc, list):
-        raise JobSpecError(f'{where}: expected a JSON array like [{{"prefix": "s3://bucket/p/"}}, "key", ...], got {type(doc).__name__}')
+        raise JobSpecError(f"{where}: expected a JSON array like {shape}, got {type(doc).__name__}")
     if not doc:
         raise JobSpecError(f'{where}: expected a first element {{"prefix": "..."}}, got an empty array')
     head = doc[0]
     if not isinstance(head, dict) or not isinstance(head.get("prefix"), str) or not head["prefix"]:
-        raise JobSpecError(f'{where}: expected the first element to be {{"prefix": "s3://bucket/p/"}}, got {json.dumps(head)[:200]}')
+        raise JobSpecError(
+            f'{where}: expected the first element to be {{"prefix": "s3://bucket/p/"}}, got {json.dumps(head)[:200]}'
+        )
     prefix = head["prefix"]
     keys: list[str] = []
     seen: set[str] = set()
     for index, key in enumerate(doc[1:], start=1):
         if not isinstance(key, str) or not key:
-            raise JobSpecError(f"{where}: element {index}: expected a non-empty key string, got {json.dumps(key)[:200]}")
+            got = json.dumps(key)[:200]
+            raise JobSpecError(f"{where}: element {index}: expected a non-empty key string, got {got}")
         if key.startswith("/") or ".." in key.split("/") or key.endswith("/"):
-            raise JobSpecError(f"{where}: element {index}: expected an object key relative to the prefix (no leading '/', no '..', not a folder), got '{key}'")
+            raise JobSpecError(
+                f"{where}: element {index}: expected an object key relative to the prefix "
+                f"(no leading '/', no '..', not a folder), got '{key}'"
+            )
         if key in seen:
-            raise JobSpecError(f"{where}: element {index}: key '{key}' is listed twice; each object may appear once")
+            raise JobSpecError(
+                f"{where}: element {index}: key '{key}' is listed twice; each object may appear once"
+            )
         seen.add(key)
         keys.append(key)
     return prefix, keys

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -120,8 +121,6 @@ class S3Server:
         return False, f"no HTTP answer on {url} within {self.start_timeout}s"
 
     def _drain_stderr(self) -> None:
-        import threading
-
         proc = self._proc
         if proc is None or proc.stderr is None:
             return
