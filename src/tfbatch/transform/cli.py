@@ -40,6 +40,11 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--on-error", choices=["continue", "fail-object"])
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading the handler script")
+    p.add_argument("--no-resume", dest="resume", action="store_false", default=None,
+                   help="ignore the ledger of an earlier run of this job and redo every object")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (objects per instance) and exit")
+    p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
+                   help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 
 
 def spec_from_args(args: argparse.Namespace):
@@ -50,7 +55,7 @@ def spec_from_args(args: argparse.Namespace):
         "model", "input", "manifest", "output", "content_type", "compression", "split_type",
         "batch_strategy", "max_payload_mb", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
-        "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements",
+        "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
     ]
     for name in names:
         value = getattr(args, name, None)
@@ -64,13 +69,14 @@ def spec_from_args(args: argparse.Namespace):
 
 
 def _cmd_transform(args: argparse.Namespace) -> int:
-    from tfbatch.transform.job import run_transform
+    from tfbatch.transform.job import plan_transform, run_transform
 
-    report = run_transform(spec_from_args(args))
-    print(
-        f"transform: {report.succeeded}/{report.objects} objects succeeded, {report.failed} failed "
-        f"in {report.seconds:.1f}s"
-    )
+    spec = spec_from_args(args)
+    if args.dry_run:
+        print(plan_transform(spec).describe(spec))
+        return 0
+    report = run_transform(spec, progress=args.progress)
+    print(report.summary())
     return 0 if report.ok else 1
 
 

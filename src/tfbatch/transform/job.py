@@ -1,98 +1,113 @@
-"""A transform job on one instance: list -> read -> invoke -> write ``<key>.out``.
+"""A whole transform job: plan, run the instances on an engine, report.
 
-This first engine handles SplitType None (one request per object). Requests from many
-objects run concurrently (``max_concurrent_transforms``) into one in-process model server
-whose dynamic batcher coalesces them into model batches across files.
+``run_transform`` is the Python API and what ``tfbatch transform`` calls. It returns a
+JobReport and also writes it, with the error report, into the output location, so the
+outcome of a job outlives the process that ran it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any
 
-from tfbatch.errors import JobSpecError
-from tfbatch.handlers.service import InvocationRequest
-from tfbatch.transform.spec import TransformSpec, default_concurrency
+from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.pipeline import output_uri
+from tfbatch.transform.plan import Plan, iter_inputs, make_plan
+from tfbatch.transform.progress import Progress
+from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult
+from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
 
+__all__ = ["run_transform", "plan_transform", "output_uri", "iter_inputs", "JobReport", "ObjectResult"]
 
-@dataclass
-class ObjectResult:
-    key: str
-    ok: bool
-    error: str | None = None
+ERRORS_IN_REPORT = 20
 
 
-@dataclass
-class JobReport:
-    objects: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    seconds: float = 0.0
-    errors: list[dict] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.failed == 0
+def _as_spec(spec: TransformSpec | None, fields: dict[str, Any]) -> TransformSpec:
+    if spec is None:
+        return TransformSpec.build(**fields)
+    if fields:
+        return TransformSpec.build(**{**spec.model_dump(), **fields})
+    return spec
 
 
-def iter_inputs(spec: TransformSpec) -> Iterator:
-    from tfbatch.storage import list_manifest, list_prefix
-
-    return list_manifest(spec.manifest) if spec.manifest else list_prefix(spec.input)
-
-
-def output_uri(spec: TransformSpec, key: str) -> str:
-    from tfbatch.storage import join
-
-    return join(spec.output, key + ".out")
+def plan_transform(spec: TransformSpec | None = None, **fields: Any) -> Plan:
+    """What a run would do (objects per instance, what the ledger says is done); runs nothing."""
+    spec = _as_spec(spec, fields)
+    done = Ledger.for_spec(spec).done_keys() if spec.resume else set()
+    return make_plan(spec, done)
 
 
-def run_transform(spec: TransformSpec) -> JobReport:
-    from tfbatch.handlers.stack import build_stack
-    from tfbatch.runtime import RuntimeSettings
-    from tfbatch.storage import atomic_write, read_bytes
+def run_transform(spec: TransformSpec | None = None, *, progress: str | Progress | None = None,
+                  **fields: Any) -> JobReport:
+    """Run a transform job. Give a TransformSpec, or its fields as keyword arguments.
 
-    if spec.split_type != "None":
-        raise JobSpecError(f"SplitType {spec.split_type} is not supported by this engine yet")
-    env = spec.container_env()
-    settings = RuntimeSettings.from_env(
-        {**os.environ, **env},
-        enable_batching=True,
-        max_batch_size=spec.max_batch_size,
-        batch_timeout_micros=int(spec.batch_timeout_ms * 1000),
+    ``progress``: "auto" (a bar on a terminal, else log lines on stderr), "bar", "log",
+    a Progress, or None (quiet).
+    """
+    from tfbatch.engines import get_engine
+
+    spec = _as_spec(spec, fields)
+    engine = get_engine(spec.engine)
+    ledger = Ledger.for_spec(spec)
+    bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
+    done = ledger.done_keys() if spec.resume else set()
+    earlier_failures = len(ledger.keys_with_errors() & done)
+    report = JobReport(
+        job=spec.fingerprint(), instances=spec.instance_count, concurrency=spec.concurrency, output=spec.output
     )
-    concurrency = spec.max_concurrent_transforms or default_concurrency()
-    report = JobReport()
+    lock = threading.Lock()
+
+    def emit(result: ObjectResult) -> None:
+        with lock:
+            report.objects += 1
+            report.records += result.records
+            report.failed_records += result.failed_records
+            if result.ok:
+                report.succeeded += 1
+            else:
+                report.failed += 1
+                for failure in result.failures:
+                    if len(report.errors) < ERRORS_IN_REPORT:
+                        report.errors.append({"object": failure.object, "record": failure.record,
+                                              "offset": failure.offset, "error": failure.error})
+                log.warning("%s: %d of %d records failed: %s", result.key, result.failed_records,
+                            result.records, result.error)
+        bar.update(result)
+
+    if bar.mode != "off":
+        threading.Thread(target=_count_todo, args=(spec, done, bar), daemon=True, name="count-inputs").start()
     started = time.monotonic()
-    with build_stack(spec.model, settings, install_requirements=spec.install_requirements, env=env) as stack:
-
-        def one(obj) -> ObjectResult:
-            try:
-                body = read_bytes(obj.uri)
-                response = stack.service.invoke(
-                    InvocationRequest(body=body, content_type=spec.content_type, accept=spec.accept)
-                )
-                if not response.ok:
-                    return ObjectResult(obj.key, False, f"HTTP {response.status}: {response.body.decode(errors='replace')}")
-                atomic_write(output_uri(spec, obj.key), response.body)
-                return ObjectResult(obj.key, True)
-            except Exception as exc:  # one object's failure never stops the others
-                return ObjectResult(obj.key, False, f"{type(exc).__name__}: {exc}")
-
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="transform") as pool:
-            for result in pool.map(one, iter_inputs(spec)):
-                report.objects += 1
-                if result.ok:
-                    report.succeeded += 1
-                else:
-                    report.failed += 1
-                    report.errors.append({"object": result.key, "error": result.error})
-                    log.warning("%s failed: %s", result.key, result.error)
+    try:
+        summaries = engine.run(spec, emit)
+    finally:
+        bar.close()
     report.seconds = time.monotonic() - started
+    _merge(report, summaries)
+    report.error_report = ledger.write_error_report()
+    if earlier_failures:
+        report.fatal.append(
+            f"{earlier_failures} objects finished with failed records in an earlier run (see the error report); "
+            "rerun with resume off to redo them"
+        )
+    ledger.write_report(report.to_dict())
     return report
+
+
+def _merge(report: JobReport, summaries: list[InstanceSummary]) -> None:
+    for s in summaries:
+        report.skipped += s.skipped
+        if s.fatal:
+            report.fatal.append(f"instance {s.instance}: {s.fatal}")
+        for name, stats in (s.batches or {}).items():
+            report.batches[f"{s.instance}:{name}"] = stats
+
+
+def _count_todo(spec: TransformSpec, done: set[str], bar: Progress) -> None:
+    try:
+        bar.set_total(sum(1 for ref in iter_inputs(spec) if ref.key not in done))
+    except Exception:  # the total only feeds the bar and ETA; the job itself reports listing errors
+        log.debug("counting inputs failed", exc_info=True)

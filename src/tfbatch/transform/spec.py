@@ -51,6 +51,8 @@ class TransformSpec(BaseModel):
     on_error: OnError = "continue"
     install_requirements: bool = False
     engine: str = "local"
+    # Skip objects the output location's ledger records as finished by this same job.
+    resume: bool = True
 
     @field_validator("env")
     @classmethod
@@ -64,6 +66,24 @@ class TransformSpec(BaseModel):
         if bool(self.input) == bool(self.manifest):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
         return self
+
+    @property
+    def concurrency(self) -> int:
+        """In-flight invocations per instance (MaxConcurrentTransforms, else the default)."""
+        return self.max_concurrent_transforms or default_concurrency(self.max_batch_size)
+
+    def fingerprint(self) -> str:
+        """A short hash of every field that changes an object's output bytes.
+
+        The ledger is keyed by it, so a re-run of the same job resumes while a changed job
+        (other model, filters, split...) redoes everything. Parallelism knobs are left out:
+        resuming with more instances or another batch size gives the same bytes.
+        """
+        import hashlib
+
+        fields = self.model_dump(include=_OUTPUT_FIELDS)
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def max_payload_bytes(self) -> int | None:
@@ -154,6 +174,18 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
     return fields
 
 
-def default_concurrency() -> int:
-    """What /execution-parameters would answer when MaxConcurrentTransforms is unset."""
-    return max(1, (os.cpu_count() or 1) * 2)
+_OUTPUT_FIELDS = {
+    "model", "input", "manifest", "content_type", "compression", "split_type", "batch_strategy",
+    "max_payload_mb", "accept", "assemble_with", "input_filter", "output_filter", "join_source",
+    "env", "on_error",
+}
+
+
+def default_concurrency(max_batch_size: int = 1) -> int:
+    """What /execution-parameters would answer when MaxConcurrentTransforms is unset.
+
+    Invocations are cheap in-process calls; what matters is that enough of them are in
+    flight for the batcher to fill a model batch while the previous one runs, hence two
+    batches' worth (and never fewer than two per core, for handler work).
+    """
+    return max(1, (os.cpu_count() or 1) * 2, 2 * max_batch_size)

@@ -1,0 +1,147 @@
+"""One instance of a transform job: the model loaded once, its share of objects run through it.
+
+An instance lists the input itself and keeps the objects that hash to it (see plan.py),
+skips those the ledger records as finished, and keeps a bounded number of objects in
+flight: the listing is consumed lazily, so memory does not grow with the number of input
+objects. Objects in flight x payloads each feed the shared invocation pool, whose size
+sets how many requests the model server's batcher can coalesce into one model batch.
+
+The runner needs only the spec and its (instance, count) pair, so a Ray actor can host it
+exactly as a local worker process does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from tfbatch.storage import ObjectRef
+from tfbatch.transform.invoke import Invoker
+from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.pipeline import ObjectPipeline
+from tfbatch.transform.plan import instance_of, iter_partition
+from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
+from tfbatch.transform.spec import TransformSpec
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[ObjectResult], None]
+
+
+def runtime_settings(spec: TransformSpec):
+    """The model server's settings for a batch job: batching on, with the job's batch knobs."""
+    from tfbatch.runtime import RuntimeSettings
+
+    return RuntimeSettings.from_env(
+        {**os.environ, **spec.container_env()},
+        enable_batching=True,
+        max_batch_size=spec.max_batch_size,
+        batch_timeout_micros=int(spec.batch_timeout_ms * 1000),
+    )
+
+
+class InstanceRunner:
+    def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None):
+        self.spec = spec
+        self.instance = instance
+        self.instance_count = instance_count or spec.instance_count
+        self.ledger = Ledger.for_spec(spec)
+        self.stack = None
+        self.invoker: Invoker | None = None
+        self.pipeline: ObjectPipeline | None = None
+        self._saved_env: dict[str, str | None] = {}
+
+    def open(self) -> "InstanceRunner":
+        from tfbatch.handlers.stack import build_stack
+
+        env = self.spec.container_env()
+        self._saved_env = {k: os.environ.get(k) for k in env}
+        self.stack = build_stack(
+            self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env
+        )
+        self.invoker = Invoker(
+            self.stack.service,
+            concurrency=self.spec.concurrency,
+            timeout_s=self.spec.invocations_timeout,
+            max_retries=self.spec.invocations_max_retries,
+            content_type=self.spec.content_type,
+            accept=self.spec.accept,
+        )
+        self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
+        return self
+
+    def close(self) -> None:
+        if self.invoker is not None:
+            self.invoker.close()
+        if self.stack is not None:
+            self.stack.close()
+            self.stack = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+    def __enter__(self) -> "InstanceRunner":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- work -------------------------------------------------------------------------
+
+    def process(self, ref: ObjectRef, *, had_error_file: bool = False) -> ObjectResult:
+        """One object, never raising: anything unexpected becomes that object's failure."""
+        assert self.pipeline is not None, "call open() first"
+        try:
+            return self.pipeline.process(ref, had_error_file=had_error_file)
+        except Exception as exc:  # e.g. the ledger write failed after retries
+            log.exception("object %s failed", ref.key)
+            failure = RecordFailure.from_exception(ref.key, None, None, exc)
+            return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
+
+    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
+        started = time.monotonic()
+        summary = InstanceSummary(instance=self.instance)
+        mine = lambda key: instance_of(key, self.instance_count) == self.instance  # noqa: E731
+        done = {k for k in self.ledger.done_keys() if mine(k)} if self.spec.resume else set()
+        with_errors = {k for k in self.ledger.keys_with_errors() if mine(k)}
+        if refs is None:
+            refs = iter_partition(self.spec, self.instance, self.instance_count)
+        # Objects in flight: enough for every invocation slot to hold one single-payload object.
+        in_flight = max(1, self.spec.concurrency)
+        slots = threading.BoundedSemaphore(in_flight)
+        lock = threading.Lock()
+
+        def finished(result: ObjectResult) -> None:
+            with lock:
+                summary.objects += 1
+                summary.records += result.records
+                summary.failed_records += result.failed_records
+                if result.ok:
+                    summary.succeeded += 1
+                else:
+                    summary.failed += 1
+            emit(result)
+
+        def one(ref: ObjectRef) -> None:
+            try:
+                finished(self.process(ref, had_error_file=ref.key in with_errors))
+            finally:
+                slots.release()
+
+        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix=f"object-{self.instance}") as pool:
+            for ref in refs:
+                if ref.key in done:
+                    summary.skipped += 1
+                    continue
+                slots.acquire()
+                pool.submit(one, ref)
+        summary.seconds = time.monotonic() - started
+        if self.stack is not None:
+            summary.batches = self.stack.model_server.batcher_stats()
+        return summary

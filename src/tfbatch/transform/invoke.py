@@ -1,0 +1,162 @@
+"""Invocations for a batch job: bounded in flight, timed out, retried, isolated on failure.
+
+Requests run on a shared thread pool against the in-process InferenceService, whose
+model server batches rows across every request in flight — so the number in flight is
+what lets the batcher fill model batches. The waiting side enforces
+InvocationsTimeoutInSeconds (a Python call cannot be interrupted; a stuck call keeps its
+thread, the payload is retried or failed) and InvocationsMaxRetries (transient failures
+only: 429/503/504 — a 400 stays a 400).
+
+A batched model call that fails fails every request in that batch, including innocent
+ones from other records and files. So a request that failed with a server error is run
+once more on its own, unbatched: if it succeeds, a neighbour was to blame; if not, the
+failure is its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from tfbatch.errors import RequestTimeout
+from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
+from tfbatch.transform.report import TRANSIENT_STATUS
+
+
+class _Isolation:
+    """The same service over a view of its model server that runs signatures directly.
+
+    The view is a shallow copy sharing the loaded servables; only ``settings`` differs, and
+    the model server consults ``settings.enable_batching`` on every call. Scripts that POST
+    to ``context.rest_uri`` need loopback endpoints over that view too; they are started
+    on the first failure only, since most jobs never need them.
+    """
+
+    def __init__(self, service: InferenceService):
+        self.service = service
+        settings = getattr(service.model_server, "settings", None)
+        self.needed = bool(settings is not None and getattr(settings, "enable_batching", False))
+        self._isolated: InferenceService | None = None
+        self._endpoints = None
+        self._lock = threading.Lock()
+
+    def get(self) -> InferenceService:
+        with self._lock:
+            if self._isolated is None:
+                server = self.service.model_server
+                view = copy.copy(server)
+                view.settings = server.settings.model_copy(update={"enable_batching": False})
+                isolated = copy.copy(self.service)
+                isolated.model_server = view
+                isolated._channel = None
+                isolated._channel_lock = threading.Lock()
+                if self.service.rest_port is not None or self.service.grpc_port is not None:
+                    from tfbatch.serve.loopback import LoopbackEndpoints
+
+                    self._endpoints = LoopbackEndpoints(view).start()
+                    isolated.rest_port = self._endpoints.rest_port
+                    isolated.grpc_port = self._endpoints.grpc_port
+                self._isolated = isolated
+            return self._isolated
+
+    def close(self) -> None:
+        with self._lock:
+            if self._endpoints is not None:
+                self._endpoints.stop()
+                self._endpoints = None
+
+
+class _Call:
+    __slots__ = ("request", "future", "started", "attempt", "isolated")
+
+    def __init__(self, request: InvocationRequest, attempt: int, isolated: bool):
+        self.request = request
+        self.future: Future | None = None
+        self.started: float | None = None
+        self.attempt = attempt
+        self.isolated = isolated
+
+
+class Invoker:
+    def __init__(
+        self,
+        service: InferenceService,
+        *,
+        concurrency: int,
+        timeout_s: float,
+        max_retries: int,
+        content_type: str | None,
+        accept: str | None,
+        retry_delay_s: float = 0.05,
+    ):
+        self.service = service
+        self.isolation = _Isolation(service)
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.content_type = content_type
+        self.accept = accept
+        self.retry_delay_s = retry_delay_s
+        self.pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="invoke")
+        # Bounds requests submitted but not finished: bodies in memory, and the pool queue.
+        self._slots = threading.BoundedSemaphore(concurrency * 2)
+        self.retries = 0
+        self.isolations = 0
+
+    def submit(self, body: bytes) -> _Call:
+        request = InvocationRequest(body=body, content_type=self.content_type, accept=self.accept)
+        return self._submit(_Call(request, 0, False))
+
+    def _submit(self, call: _Call) -> _Call:
+        self._slots.acquire()
+        service = self.isolation.get() if call.isolated else self.service
+        try:
+            call.future = self.pool.submit(self._run, call, service)
+        except BaseException:
+            self._slots.release()
+            raise
+        call.future.add_done_callback(lambda _f: self._slots.release())
+        return call
+
+    @staticmethod
+    def _run(call: _Call, service: InferenceService) -> InvocationResponse:
+        call.started = time.monotonic()
+        return service.invoke(call.request)
+
+    def result(self, call: _Call) -> InvocationResponse:
+        """The final response for ``call``, after timeouts, retries and isolation."""
+        while True:
+            response = self._wait(call)
+            if response.status in TRANSIENT_STATUS and call.attempt < self.max_retries:
+                self.retries += 1
+                time.sleep(self.retry_delay_s * (2**call.attempt))
+                call = self._submit(_Call(call.request, call.attempt + 1, call.isolated))
+                continue
+            if response.status >= 500 and response.status not in TRANSIENT_STATUS and not call.isolated \
+                    and self.isolation.needed:
+                self.isolations += 1
+                call = self._submit(_Call(call.request, call.attempt, True))
+                continue
+            return response
+
+    def _wait(self, call: _Call) -> InvocationResponse:
+        assert call.future is not None
+        while True:
+            started = call.started
+            # The clock starts when the request starts running, not while it queues.
+            wait = min(self.timeout_s, 1.0) if started is None else started + self.timeout_s - time.monotonic()
+            try:
+                return call.future.result(timeout=max(wait, 0.0))
+            except FutureTimeout:
+                if call.started is not None and time.monotonic() - call.started >= self.timeout_s:
+                    err = RequestTimeout(
+                        f"invocation did not answer within InvocationsTimeoutInSeconds={self.timeout_s:g}"
+                    )
+                    return InvocationResponse.from_error(err)
+
+    def close(self) -> None:
+        # Stuck (timed-out) calls may still hold threads; do not wait for them.
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.isolation.close()

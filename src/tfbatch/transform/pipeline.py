@@ -1,0 +1,231 @@
+"""One input object through the job: read -> split -> payloads -> invoke -> assemble -> write.
+
+``ObjectPipeline.process(ref)`` needs only the job spec, an Invoker and a Ledger — nothing
+tied to this machine — so any engine (worker processes here, Ray actors elsewhere) can
+host it. Payloads of one object are invoked concurrently, up to a window, and their
+outputs are written strictly in record order while later payloads are still running; the
+output streams into an atomic write, so memory does not grow with the object's size and
+a reader never sees a partial ``.out``.
+
+A failure is confined to the records it concerns. A MultiRecord payload that fails is
+retried record by record so that only the bad record is reported; with AssembleWith=Line
+the bad record's line holds an error object so line N still answers record N.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from tfbatch.errors import TfbatchError
+from tfbatch.records import (
+    Assembler,
+    DataProcessor,
+    Payload,
+    Record,
+    error_line,
+    form_payloads,
+    iter_records,
+    open_input,
+    split_multi_response,
+)
+from tfbatch.storage import ObjectRef, atomic_write, delete, join, open_read
+from tfbatch.transform.invoke import Invoker, _Call
+from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.report import ObjectResult, RecordFailure
+from tfbatch.transform.spec import TransformSpec
+
+MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
+
+
+def output_uri(spec: TransformSpec, key: str) -> str:
+    return join(spec.output, key + ".out")
+
+
+class _AbortObject(Exception):
+    """Raised inside the output stream to make the atomic write leave nothing behind."""
+
+
+@dataclass
+class _State:
+    key: str
+    records: int = 0
+    failed: int = 0
+    outputs: int = 0
+    failures: list[RecordFailure] = field(default_factory=list)
+    dropped: int = 0
+
+
+class _Chunks:
+    """An Assembler sink the output generator drains after every record."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(data)
+        return len(data)
+
+    def drain(self) -> list[bytes]:
+        parts, self.parts = self.parts, []
+        return parts
+
+
+class ObjectPipeline:
+    def __init__(self, spec: TransformSpec, invoker: Invoker, ledger: Ledger, *, window: int | None = None):
+        self.spec = spec
+        self.invoker = invoker
+        self.ledger = ledger
+        self.window = window or spec.concurrency
+        self.processor = DataProcessor(
+            spec.input_filter, spec.output_filter, spec.join_source, spec.content_type, spec.accept
+        )
+        self.fail_object = spec.on_error == "fail-object"
+
+    # ---- one object -------------------------------------------------------------------
+
+    def process(self, ref: ObjectRef, *, had_error_file: bool = False) -> ObjectResult:
+        started = time.monotonic()
+        state = _State(ref.key)
+        target = output_uri(self.spec, ref.key)
+        sink = _Chunks()
+        assembler = Assembler(self.spec.assemble_with, sink)
+        written = False
+        try:
+            with open_read(ref.uri) as raw:
+                stream = open_input(raw, self.spec.compression, source=ref.key)
+                records = iter_records(stream, self.spec.split_type, source=ref.key)
+                payloads = form_payloads(
+                    records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=ref.key
+                )
+                atomic_write(target, self._stream(payloads, state, assembler, sink))
+                written = True
+        except _AbortObject:
+            pass
+        except Exception as exc:  # the object could not be read or written: one failure for it
+            self._fail(state, None, None, exc)
+        if not written and self.fail_object:
+            delete(target)  # SageMaker's behaviour: a failed object has no output at all
+        result = ObjectResult(
+            key=ref.key,
+            ok=state.failed == 0 and (written or not state.failures),
+            records=state.records,
+            failed_records=state.failed,
+            output_bytes=assembler.bytes_written if written else 0,
+            written=written,
+            seconds=time.monotonic() - started,
+            failures=state.failures,
+            failures_dropped=state.dropped,
+        )
+        self._record(result, had_error_file)
+        return result
+
+    def _record(self, result: ObjectResult, had_error_file: bool) -> None:
+        self.ledger.save_failures(result, had_error_file=had_error_file)
+        finished = not result.transient and (result.ok or not self.fail_object)
+        if finished:
+            self.ledger.mark_done(result)
+
+    # ---- the ordered output stream ----------------------------------------------------
+
+    def _stream(self, payloads: Iterable[Payload], state: _State, assembler: Assembler, sink: _Chunks) -> Iterator[bytes]:
+        pending: deque[tuple[Payload, _Call | None, TfbatchError | None]] = deque()
+        for payload in payloads:
+            state.records += len(payload.records)
+            pending.append(self._start(payload))
+            while len(pending) > self.window:
+                self._finish(*pending.popleft(), state, assembler)
+                yield from sink.drain()
+        while pending:
+            self._finish(*pending.popleft(), state, assembler)
+            yield from sink.drain()
+        if state.failed and assembler.outputs == 0:
+            raise _AbortObject()  # every record failed: no output object, as in SageMaker
+
+    def _start(self, payload: Payload) -> tuple[Payload, _Call | None, TfbatchError | None]:
+        if payload.error is not None:
+            return payload, None, payload.error
+        try:
+            body = self.processor.filter_input(payload.body) if self.processor.active else payload.body
+        except TfbatchError as exc:
+            return payload, None, exc
+        return payload, self.invoker.submit(body), None
+
+    def _finish(self, payload: Payload, call: _Call | None, error: TfbatchError | None, state: _State,
+                assembler: Assembler) -> None:
+        records = payload.records
+        if call is None:
+            if len(records) > 1:
+                return self._one_by_one(records, state, assembler)
+            for record in records:
+                self._fail_record(state, assembler, record, error)
+            return
+        response = self.invoker.result(call)
+        if not response.ok:
+            if len(records) > 1:
+                return self._one_by_one(records, state, assembler)
+            self._fail_record(state, assembler, records[0], _response_error(response))
+            return
+        outputs = split_multi_response(payload, response.body)
+        if outputs is None:
+            # The response cannot be cut per record: it answers the payload as a whole.
+            try:
+                body = self._process_output(payload.body, response.body)
+            except TfbatchError as exc:
+                for record in records:
+                    self._fail_record(state, assembler, record, exc)
+                return
+            assembler.add(body)
+            return
+        for record, output in zip(records, outputs):
+            try:
+                assembler.add(self._process_output(record.data, output))
+            except TfbatchError as exc:
+                self._fail_record(state, assembler, record, exc)
+
+    def _one_by_one(self, records: list[Record], state: _State, assembler: Assembler) -> None:
+        """A failed MultiRecord payload again, one record per request, so one bad record costs one."""
+        singles = [Payload([r], r.raw, r.error) for r in records]
+        started = [self._start(p) for p in singles]
+        for entry in started:
+            self._finish(*entry, state, assembler)
+
+    def _process_output(self, record_data: bytes, output: bytes) -> bytes:
+        if not self.processor.active:
+            return output
+        return self.processor.process_output(record_data, output)
+
+    # ---- failures ---------------------------------------------------------------------
+
+    def _fail_record(self, state: _State, assembler: Assembler, record: Record, error: BaseException) -> None:
+        self._fail(state, record.index, record.offset, error)
+        if self.fail_object:
+            raise _AbortObject()
+        if assembler.assemble_with == "Line":
+            assembler.add(error_line(record, error))
+
+    @staticmethod
+    def _fail(state: _State, index: int | None, offset: int | None, error: BaseException) -> None:
+        state.failed += 1
+        if len(state.failures) < MAX_FAILURES_KEPT:
+            state.failures.append(RecordFailure.from_exception(state.key, index, offset, error))
+        else:
+            state.dropped += 1
+
+
+def _response_error(response) -> TfbatchError:
+    """The error a failed invocation carries (the service answers ``{"error": ...}``)."""
+    import json
+
+    message = response.body.decode("utf-8", errors="replace")
+    try:
+        value = json.loads(message)
+        if isinstance(value, dict) and isinstance(value.get("error"), str):
+            message = value["error"]
+    except ValueError:
+        pass
+    err = TfbatchError(message)
+    err.status = response.status  # instance attribute: keeps the HTTP status for the report
+    return err

@@ -1,0 +1,132 @@
+"""What a transform job tells its caller: per-object results, record failures, the job report.
+
+Everything here is a plain dataclass of str/int/float/list so it pickles across worker
+processes (and Ray) unchanged: exceptions are turned into ``RecordFailure`` entries before
+they leave the pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfbatch.errors import TfbatchError
+
+# Failures that waiting may cure: such an object is not recorded as finished, so a re-run
+# tries it again.
+TRANSIENT_STATUS = frozenset({429, 503, 504})
+
+
+@dataclass(frozen=True)
+class RecordFailure:
+    """One line of the error report. ``record``/``offset`` are None for object-level failures."""
+
+    object: str
+    record: int | None
+    offset: int | None
+    error: str
+    status: int = 500
+
+    @property
+    def transient(self) -> bool:
+        return self.status in TRANSIENT_STATUS
+
+    @classmethod
+    def from_exception(cls, key: str, record: int | None, offset: int | None, exc: BaseException) -> "RecordFailure":
+        if isinstance(exc, TfbatchError):
+            return cls(key, record, offset, exc.message, exc.status)
+        return cls(key, record, offset, f"{type(exc).__name__}: {exc}", 500)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+@dataclass
+class ObjectResult:
+    """The outcome of one input object (the message an instance sends per object)."""
+
+    key: str
+    ok: bool
+    records: int = 0
+    failed_records: int = 0
+    output_bytes: int = 0
+    written: bool = False  # a .out exists for it
+    seconds: float = 0.0
+    failures: list[RecordFailure] = field(default_factory=list)
+    failures_dropped: int = 0  # beyond the per-object cap kept in memory
+
+    @property
+    def error(self) -> str | None:
+        return self.failures[0].error if self.failures else None
+
+    @property
+    def transient(self) -> bool:
+        return any(f.transient for f in self.failures)
+
+
+@dataclass
+class InstanceSummary:
+    """What one instance reports when its partition is done."""
+
+    instance: int
+    objects: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0
+    records: int = 0
+    failed_records: int = 0
+    seconds: float = 0.0
+    batches: dict[str, Any] = field(default_factory=dict)
+    fatal: str | None = None  # the instance itself could not run (model load failed, ...)
+
+
+@dataclass
+class JobReport:
+    """The job's result; also written as ``<output>/_tfbatch/report.json``."""
+
+    job: str = ""
+    objects: int = 0  # objects processed in this run
+    succeeded: int = 0
+    failed: int = 0
+    skipped: int = 0  # finished by an earlier run (ledger)
+    records: int = 0
+    failed_records: int = 0
+    seconds: float = 0.0
+    instances: int = 1
+    concurrency: int = 0
+    output: str = ""
+    error_report: str | None = None
+    errors: list[dict] = field(default_factory=list)  # the first few failures, for the summary
+    fatal: list[str] = field(default_factory=list)
+    batches: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and not self.fatal
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        data["records_per_second"] = round(self.records_per_second, 2)
+        return data
+
+    def summary(self) -> str:
+        lines = [
+            f"transform: {self.succeeded}/{self.objects} objects succeeded, {self.failed} failed "
+            f"in {self.seconds:.1f}s"
+            + (f" ({self.skipped} already done, skipped)" if self.skipped else "")
+            + f"; {self.records} records, {self.failed_records} failed, {self.records_per_second:.1f} records/s"
+        ]
+        for message in self.fatal:
+            lines.append(f"  instance failed: {message}")
+        for err in self.errors[:5]:
+            where = err["object"] + (f" record {err['record']}" if err.get("record") is not None else "")
+            lines.append(f"  {where}: {err['error']}")
+        if self.error_report:
+            lines.append(f"  error report: {self.error_report}")
+        return "\n".join(lines)
