@@ -110,9 +110,15 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         timeout_graceful_shutdown=settings.graceful_timeout_s,
         timeout_keep_alive=75,  # above typical load-balancer idle timeouts (60 s)
     )
+    # uvicorn re-raises the signal that stopped it once it has drained, under the handler that
+    # was installed before it ran; with the default one the process would die right there,
+    # before gRPC and the batchers drain. A no-op handler lets the cleanup below run.
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         _Server(config, started).run(sockets=[sock])
     finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         if grpc_server is not None:
             grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
         if loopback is not None:

@@ -1,0 +1,172 @@
+"""Real clients (requests, boto3 sagemaker-runtime, TFS PredictionServiceStub) against a real
+``python -m tfbatch.serve`` subprocess on ephemeral loopback ports."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import boto3
+import grpc
+import numpy as np
+import pytest
+import requests
+import tensorflow as tf
+from botocore.config import Config
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from tfbatch.testing.models import linear_expected
+
+from .conftest import ServerProcess
+
+X = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]], dtype=np.float32)
+ATTR = "X-Amzn-SageMaker-Custom-Attributes"
+
+
+@pytest.fixture(scope="module")
+def server(multi_dir, tmp_path_factory):
+    srv = ServerProcess(
+        multi_dir, tmp_path_factory.mktemp("srv"), "--max-body-mb", "1",
+        env={"SAGEMAKER_TFS_ENABLE_BATCHING": "true", "SAGEMAKER_TFS_MAX_BATCH_SIZE": "2",
+             "SAGEMAKER_TFS_DEFAULT_MODEL_NAME": "m1"},
+    ).wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.output()
+
+
+@pytest.fixture(scope="module")
+def sagemaker_runtime(server, monkeypatch_module):
+    return boto3.client(
+        "sagemaker-runtime", endpoint_url=server.url, region_name="us-east-1",
+        aws_access_key_id="test", aws_secret_access_key="test",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+def test_requests_invocations_and_custom_attributes(server):
+    r = requests.post(f"{server.url}/invocations", json={"instances": X.tolist()}, timeout=30)
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["predictions"], linear_expected(X, seed=0), rtol=1e-5)
+    for attrs, seed in [("tfs-model-name=m2", 2), ("tfs-model-name=m2,tfs-model-version=1", 1)]:
+        r = requests.post(f"{server.url}/invocations", json={"instances": X.tolist()}, headers={ATTR: attrs}, timeout=30)
+        np.testing.assert_allclose(r.json()["predictions"], linear_expected(X, seed=seed), rtol=1e-5)
+
+
+def test_boto3_invoke_endpoint(sagemaker_runtime):
+    response = sagemaker_runtime.invoke_endpoint(
+        EndpointName="my-endpoint", ContentType="text/csv", Accept="application/json",
+        Body="1,2,3\n0.5,-1,2\n", CustomAttributes="tfs-model-name=m2,tfs-model-version=1",
+    )
+    assert response["ContentType"] == "application/json"
+    assert response["InvokedProductionVariant"] == "AllTraffic"
+    np.testing.assert_allclose(json.loads(response["Body"].read())["predictions"], linear_expected(X, seed=1), rtol=1e-5)
+    with pytest.raises(sagemaker_runtime.exceptions.ModelError) as info:
+        sagemaker_runtime.invoke_endpoint(EndpointName="e", ContentType="application/json", Body=b'{"instances": [[1]]}')
+    assert info.value.response["OriginalStatusCode"] == 400
+    assert "x" in info.value.response["OriginalMessage"]
+
+
+def test_prediction_service_stub(server):
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "m2"
+        request.model_spec.version.value = 1
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(X))
+        result = stub.Predict(request, timeout=30)
+    np.testing.assert_allclose(tf.make_ndarray(result.outputs["y"]), linear_expected(X, seed=1), rtol=1e-5)
+    assert result.model_spec.version.value == 1
+
+
+def test_oversized_request_is_split_into_batches(server):
+    rows = np.arange(21, dtype=np.float32).reshape(7, 3)
+    r = requests.post(f"{server.url}/v1/models/m1:predict", json={"instances": rows.tolist()}, timeout=30)
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(r.json()["predictions"], linear_expected(rows, seed=0), rtol=1e-5)
+    metrics = requests.get(f"{server.url}/metrics", timeout=30).text
+    # 7 rows with max batch size 2: batches of at most 2 rows, none larger.
+    big = re.findall(r'tfbatch_batch_size_bucket\{batcher="m1/1/serving_default",le="2"\} (\S+)', metrics)
+    total = re.findall(r'tfbatch_batch_size_count\{batcher="m1/1/serving_default"\} (\S+)', metrics)
+    assert big and total and float(big[0]) == float(total[0]) >= 4
+
+
+def test_malformed_and_oversized_bodies_do_not_kill_the_worker(server):
+    cases = [
+        (b"{not json", "application/json", 400),
+        (b'{"instances": [[1, 2]]}', "application/json", 400),
+        (b'{"instances": [["a", "b", "c"]]}', "application/json", 400),
+        (b"\xff\xfe", "text/csv", 400),
+        (b"\x00\x01", "application/octet-stream", 415),
+        (b"1" * (2 * 1024 * 1024), "application/json", 413),
+    ]
+    for body, content_type, status in cases:
+        r = requests.post(f"{server.url}/invocations", data=body, headers={"Content-Type": content_type}, timeout=30)
+        assert r.status_code == status, (body[:20], r.text)
+        assert r.json()["error"]
+    assert requests.get(f"{server.url}/ping", timeout=10).status_code == 200
+    r = requests.post(f"{server.url}/invocations", json={"instances": X.tolist()}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_execution_parameters_and_metrics(server):
+    params = requests.get(f"{server.url}/execution-parameters", timeout=10).json()
+    assert params == {"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 1}
+    text = requests.get(f"{server.url}/metrics", timeout=10).text
+    assert 'route="/invocations",status="200"' in text
+    assert 'tfbatch_errors_total{route="/invocations",status="413"}' in text
+
+
+@pytest.fixture(scope="module")
+def handler_server(handler_dir, tmp_path_factory):
+    srv = ServerProcess(
+        handler_dir, tmp_path_factory.mktemp("hsrv"), "--workers", "2", env={"TFBATCH_AUTH_TOKEN": "tok"}
+    ).wait_ready(timeout=180)
+    yield srv
+    assert srv.stop() == 0, srv.output()
+
+
+AUTH = {"Authorization": "Bearer tok"}
+
+
+@pytest.mark.parametrize("client", ["stub", "channel", "rest"])
+def test_handler_script_calls_tfs_inside_the_endpoint(handler_server, client):
+    r = requests.post(
+        f"{handler_server.url}/invocations", json={"x": X.tolist()},
+        headers={**AUTH, ATTR: f"client={client}"}, timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["via"] == client
+    np.testing.assert_allclose(body["predictions"], linear_expected(X), rtol=1e-5)
+
+
+def test_auth_on_http_and_grpc(handler_server):
+    assert requests.get(f"{handler_server.url}/ping", timeout=10).status_code == 200
+    r = requests.post(f"{handler_server.url}/invocations", json={"x": X.tolist()}, timeout=30)
+    assert r.status_code == 401
+    assert requests.get(f"{handler_server.url}/metrics", timeout=10).status_code == 401
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "model"
+    request.inputs["x"].CopyFrom(tf.make_tensor_proto(X))
+    with grpc.insecure_channel(f"127.0.0.1:{handler_server.grpc_port}") as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Predict(request, timeout=30)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        result = stub.Predict(request, timeout=30, metadata=[("authorization", "Bearer tok")])
+    assert [d.size for d in result.outputs["y"].tensor_shape.dim] == [2, 2]
+
+
+def test_two_workers_share_the_port(handler_server):
+    pids = set()
+    for _ in range(30):
+        # A new connection each time, so the kernel may pick either worker.
+        r = requests.get(f"{handler_server.url}/metrics", headers={**AUTH, "Connection": "close"}, timeout=10)
+        pids.update(re.findall(r'tfbatch_worker_info\{pid="(\d+)"\}', r.text))
+    assert len(pids) == 2
