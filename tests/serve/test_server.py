@@ -170,3 +170,26 @@ def test_two_workers_share_the_port(handler_server):
         r = requests.get(f"{handler_server.url}/metrics", headers={**AUTH, "Connection": "close"}, timeout=10)
         pids.update(re.findall(r'tfbatch_worker_info\{pid="(\d+)"\}', r.text))
     assert len(pids) == 2
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
+    import threading
+    import time
+
+    from tfbatch.testing.models import make_slow_model
+
+    root = tmp_path_factory.mktemp("slowart")
+    make_slow_model(root / "1", delay_s=1.5)
+    srv = ServerProcess(root, tmp_path_factory.mktemp("slowsrv"), "--grpc-port", "-1").wait_ready()
+    result = {}
+
+    def call():
+        result["r"] = requests.post(f"{srv.url}/invocations", json={"instances": [[1.0, 2.0]]}, timeout=30)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    time.sleep(0.5)  # the request is inside the model now
+    assert srv.stop() == 0, srv.output()
+    worker.join()
+    assert result["r"].status_code == 200
+    assert result["r"].json()["predictions"] == [[2.0, 4.0]]
