@@ -8,8 +8,8 @@ thread, the payload is retried or failed) and InvocationsMaxRetries (transient f
 only: 429/503/504 — a 400 stays a 400).
 
 A batched model call that fails fails every request in that batch, including innocent
-ones from other records and files. So a request that failed with a server error is run
-once more on its own, unbatched: if it succeeds, a neighbour was to blame; if not, the
+ones from other records and files. So a request that failed (400 or a non-transient 5xx)
+is run once more on its own, unbatched: if it succeeds, a neighbour was to blame; if not, the
 failure is its own.
 """
 
@@ -24,6 +24,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from tfbatch.errors import RequestTimeout
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.transform.report import TRANSIENT_STATUS
+
+# Besides server errors, a 400: TensorFlow reports a bad value in one row of a batch
+# (InvalidArgumentError) as a 400 for every request in that batch.
+ISOLATE_STATUS = frozenset({400})
 
 
 class _Isolation:
@@ -134,8 +138,9 @@ class Invoker:
                 time.sleep(self.retry_delay_s * (2**call.attempt))
                 call = self._submit(_Call(call.request, call.attempt + 1, call.isolated))
                 continue
-            if response.status >= 500 and response.status not in TRANSIENT_STATUS and not call.isolated \
-                    and self.isolation.needed:
+            if response.status in ISOLATE_STATUS or response.status >= 500 and response.status not in TRANSIENT_STATUS:
+                if call.isolated or not self.isolation.needed:
+                    return response
                 self.isolations += 1
                 call = self._submit(_Call(call.request, call.attempt, True))
                 continue

@@ -1,0 +1,148 @@
+"""No lost work: bad records fail alone, are reported, and retries touch only transient errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tfbatch.records import write_tfrecord
+from tfbatch.transform import run_transform
+
+GOOD = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+
+
+def _lines(rows) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def _inputs(root: Path) -> Path:
+    root.mkdir()
+    # Record 2 makes the model itself fail; the others share model batches with it.
+    (root / "mixed.jsonl").write_bytes(_lines([GOOD[0], GOOD[1], [-1.0, 1.0], GOOD[2]]))
+    (root / "clean.jsonl").write_bytes(_lines(GOOD))
+    return root
+
+
+def test_bad_record_fails_alone_with_an_error_line_and_a_report(tmp_path, failing_model):
+    inp, out = _inputs(tmp_path / "in"), tmp_path / "out"
+    report = run_transform(model=str(failing_model), input=str(inp), output=str(out), split_type="Line",
+                           content_type="application/json", assemble_with="Line",
+                           max_batch_size=8, batch_timeout_ms=50)
+    assert not report.ok and report.failed == 1 and report.succeeded == 1 and report.failed_records == 1
+    lines = [json.loads(x) for x in (out / "mixed.jsonl.out").read_text().splitlines()]
+    assert len(lines) == 4  # line N answers record N
+    assert lines[2]["record"] == 2 and "negative input" in lines[2]["error"]
+    got = [lines[i]["predictions"][0] for i in (0, 1, 3)]
+    np.testing.assert_allclose(got, np.array(GOOD) + 1.0)
+    errors = [json.loads(x) for x in (out / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
+    assert errors == [{"object": "mixed.jsonl", "record": 2, "offset": 22, "error": errors[0]["error"],
+                       "status": 400}]
+    assert "negative input" in errors[0]["error"]
+    assert report.error_report and report.error_report.endswith("errors.jsonl")
+    assert "1 failed" in report.summary()
+
+
+def test_on_error_fail_object_reproduces_sagemaker(tmp_path, failing_model):
+    inp, out = _inputs(tmp_path / "in"), tmp_path / "out"
+    report = run_transform(model=str(failing_model), input=str(inp), output=str(out), split_type="Line",
+                           content_type="application/json", assemble_with="Line", on_error="fail-object")
+    assert not report.ok and report.failed == 1
+    assert not (out / "mixed.jsonl.out").exists() and (out / "clean.jsonl.out").exists()
+    # Not finished in the ledger: a re-run tries the failed object again.
+    again = run_transform(model=str(failing_model), input=str(inp), output=str(out), split_type="Line",
+                          content_type="application/json", assemble_with="Line", on_error="fail-object")
+    assert again.skipped == 1 and again.objects == 1 and again.failed == 1
+
+
+def test_multirecord_payload_with_a_bad_record_is_retried_record_by_record(tmp_path, failing_model):
+    inp, out = _inputs(tmp_path / "in"), tmp_path / "out"
+    report = run_transform(model=str(failing_model), input=str(inp), output=str(out), split_type="Line",
+                           batch_strategy="MultiRecord", content_type="application/jsonlines", assemble_with="Line")
+    assert report.failed_records == 1
+    lines = (out / "mixed.jsonl.out").read_text().splitlines()
+    assert len(lines) == 4 and "error" in json.loads(lines[2]) and "predictions" in json.loads(lines[3])
+
+
+def test_corrupt_tfrecord_and_undecodable_records_are_reported_with_offsets(tmp_path, linear_model):
+    good = json.dumps([1, 2, 3]).encode()
+    data = bytearray(write_tfrecord([good, good, good]))
+    second = len(good) + 16
+    data[second + 12] ^= 0xFF  # flip a byte of record 1's payload: its data CRC fails
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "r.tfrecord").write_bytes(bytes(data))
+    out = tmp_path / "out"
+    report = run_transform(model=str(linear_model), input=str(inp), output=str(out), split_type="TFRecord",
+                           content_type="application/json", assemble_with="Line")
+    assert report.records == 3 and report.failed_records == 1
+    (err,) = [json.loads(x) for x in (out / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
+    assert (err["record"], err["offset"]) == (1, second) and "crc" in err["error"].lower()
+
+
+COUNTING = """
+import json, os
+from pathlib import Path
+from tfbatch.errors import Unavailable
+
+def handler(data, context):
+    body = data.read().decode()
+    calls = Path(os.environ["CALLS_DIR"]) / body
+    n = int(calls.read_text()) + 1 if calls.exists() else 1
+    calls.write_text(str(n))
+    if body.startswith("flaky") and n <= 2:
+        raise Unavailable("try again later")
+    if body.startswith("broken"):
+        raise ValueError("this record is broken")
+    return body.upper(), "text/plain"
+"""
+
+
+@pytest.mark.parametrize("retries", [3, 1])
+def test_only_transient_failures_are_retried(tmp_path, linear_model, with_script, retries):
+    inp, out, calls = tmp_path / "in", tmp_path / "out", tmp_path / "calls"
+    inp.mkdir()
+    calls.mkdir()
+    (inp / "a.txt").write_bytes(b"flaky1\nbroken1\nfine1\n")
+    archive = with_script(tmp_path, linear_model, COUNTING)
+    report = run_transform(model=str(archive), input=str(inp), output=str(out), split_type="Line",
+                           content_type="text/plain", assemble_with="Line", env={"CALLS_DIR": str(calls)},
+                           invocations_max_retries=retries)
+    count = lambda name: int((calls / name).read_text())  # noqa: E731
+    lines = (out / "a.txt.out").read_text().splitlines()
+    assert lines[2] == "FINE1" and count("fine1") == 1
+    # A 500 from user code is not retried; it is only run once more on its own (unbatched).
+    assert "this record is broken" in json.loads(lines[1])["error"] and count("broken1") == 2
+    if retries == 3:
+        assert lines[0] == "FLAKY1" and count("flaky1") == 3 and report.failed_records == 1
+    else:
+        assert json.loads(lines[0])["error"] == "try again later" and count("flaky1") == 2
+        # A transient failure leaves the object unfinished, so a re-run retries it.
+        again = run_transform(model=str(archive), input=str(inp), output=str(out), split_type="Line",
+                              content_type="text/plain", assemble_with="Line", env={"CALLS_DIR": str(calls)},
+                              invocations_max_retries=retries)
+        assert again.skipped == 0 and (out / "a.txt.out").read_text().splitlines()[0] == "FLAKY1"
+
+
+def test_invocations_timeout(tmp_path, slow_model):
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    (inp / "a.json").write_bytes(b"[1, 2]")
+    # The slow model sleeps 0.25 s per batch; a 1 s timeout never fires for it...
+    ok = run_transform(model=str(slow_model), input=str(inp), output=str(out), content_type="application/json",
+                       invocations_timeout=1)
+    assert ok.ok
+    # ...but a handler stuck for longer than the timeout does, and is retried then failed.
+    script = "import time\n\ndef handler(data, context):\n    time.sleep(3)\n    return b'late', 'text/plain'\n"
+    from tfbatch.artifact import package
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(script)
+    archive = package([slow_model / "1"], tmp_path / "m.tar.gz", code_dir=code)
+    late = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "late"),
+                         invocations_timeout=1, invocations_max_retries=1)
+    assert not late.ok and late.errors[0]["error"].startswith("invocation did not answer within")
+    assert 2.0 <= late.seconds < 6.0  # two attempts of ~1 s each, not two 3 s sleeps
