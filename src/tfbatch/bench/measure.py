@@ -1,0 +1,175 @@
+"""Measuring one contender: wall time, output timing, peak memory of a process tree.
+
+Every contender runs as fresh subprocesses, so each pays its own Python/TensorFlow start-up
+and none inherits another's warm state. Throughput is read from the outputs themselves:
+each contender writes one ``<name>.out`` per image, and the files' modification times give
+a steady-state rate that is measured the same way for all of them, whatever their internals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+class PeakRss:
+    """Polls the summed RSS of some processes and all their descendants; keeps the peak.
+
+    Shared pages (e.g. the TensorFlow library mapped by two processes) count once per
+    process, as ``ps`` reports them: an upper bound, the same way for every contender.
+    """
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s = interval_s
+        self.pids: list[int] = []
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="peak-rss", daemon=True)
+
+    def watch(self, pid: int) -> None:
+        self.pids.append(pid)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> int:
+        total = 0
+        for pid in list(self.pids):
+            try:
+                root = psutil.Process(pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in procs:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+        return total
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak_bytes = max(self.peak_bytes, self.sample())
+            self._stop.wait(self.interval_s)
+
+
+@dataclass
+class Timing:
+    outputs: int
+    first_output: float | None  # time.time() of the first/last output written
+    last_output: float | None
+    steady_images_per_s: float | None
+
+
+def output_timing(output_dir: str | Path, *, skip_fraction: float = 0.1) -> Timing:
+    """Rate over the outputs after the first ``skip_fraction`` (warm-up and first batch)."""
+    times = sorted(p.stat().st_mtime for p in Path(output_dir).rglob("*.out"))
+    if not times:
+        return Timing(0, None, None, None)
+    # Count the images finished strictly after the start mark: batch-at-a-time writers put
+    # a whole batch at one instant, which must not be credited to the interval.
+    t0 = times[min(int(len(times) * skip_fraction), len(times) - 1)]
+    done_after = sum(1 for t in times if t > t0)
+    span = times[-1] - t0
+    rate = done_after / span if span > 0 and done_after else None
+    return Timing(len(times), times[0], times[-1], rate)
+
+
+@dataclass
+class Run:
+    """One contender on one model."""
+
+    contender: str
+    model: str
+    images: int
+    ok: bool
+    outputs: int = 0
+    wall_s: float = 0.0
+    startup_s: float | None = None  # launch -> first output written
+    steady_images_per_s: float | None = None
+    end_to_end_images_per_s: float | None = None
+    peak_rss_mb: float = 0.0
+    cpu_s: float = 0.0  # user + system CPU seconds of every process, start-up included
+    command: list[str] = field(default_factory=list)
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def finish(run: Run, launched: float, ended: float, output_dir: Path, rss: PeakRss) -> Run:
+    timing = output_timing(output_dir)
+    run.outputs = timing.outputs
+    run.wall_s = ended - launched
+    run.startup_s = None if timing.first_output is None else timing.first_output - launched
+    run.steady_images_per_s = timing.steady_images_per_s
+    run.end_to_end_images_per_s = timing.outputs / run.wall_s if run.wall_s > 0 else None
+    run.peak_rss_mb = rss.peak_bytes / 2**20
+    run.extra["cpu_ms_per_image"] = 1000 * run.cpu_s / timing.outputs if timing.outputs else None
+    run.ok = run.ok and timing.outputs == run.images
+    if timing.outputs != run.images and run.error is None:
+        run.error = f"expected {run.images} outputs, found {timing.outputs}"
+    return run
+
+
+def wait_logged(proc: subprocess.Popen, log: Path, timeout_s: float) -> tuple[str | None, float]:
+    """Wait for ``proc``; return (error or None, CPU seconds it and its reaped children used).
+
+    CPU seconds come from ``wait4``'s rusage: unlike wall time they barely move when other
+    work shares the cores, so they compare contenders fairly on a busy machine.
+    """
+    if proc.returncode is not None:  # already reaped (poll() saw it exit): no rusage left
+        return (None if proc.returncode == 0 else f"exit code {proc.returncode}"), 0.0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            cpu = usage.ru_utime + usage.ru_stime
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            _, _, usage = os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            return f"timed out after {timeout_s:.0f}s", usage.ru_utime + usage.ru_stime
+        time.sleep(0.02)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:] if log.exists() else []
+        return f"exit code {proc.returncode}: " + " | ".join(tail), cpu
+    return None, cpu
+
+
+def read_predictions(output_dir: str | Path) -> dict[str, tuple[int, list[float]]]:
+    """``{file name: (class, probabilities)}`` from TFS row-format outputs."""
+    result = {}
+    for path in Path(output_dir).rglob("*.out"):
+        row = json.loads(path.read_bytes())["predictions"][0]
+        result[path.name] = (int(row["classes"]), row["probabilities"])
+    return result
+
+
+def agreement(reference: dict, other: dict) -> dict[str, Any]:
+    """How closely two contenders' predictions match on the files both wrote."""
+    import numpy as np
+
+    common = sorted(set(reference) & set(other))
+    if not common:
+        return {"files": 0}
+    same_class = sum(reference[k][0] == other[k][0] for k in common)
+    diff = max(float(np.max(np.abs(np.asarray(reference[k][1]) - np.asarray(other[k][1])))) for k in common)
+    return {"files": len(common), "same_class": same_class, "max_abs_prob_diff": diff}
+
+
+def now() -> float:
+    return time.time()
