@@ -1,0 +1,361 @@
+"""The Ray engine: a job's instances as Ray actors on a cluster, fed by a streaming listing.
+
+Same job, same bytes as the local engine: each actor hosts the unchanged ``InstanceRunner``
+(model loaded once per actor, GPU-aware via ``num_gpus``), objects go to instance
+``instance_of(key, instance_count)`` as planned, and every object goes through the same
+``ObjectPipeline`` with its atomic ``.out`` write and ledger marker.
+
+The driver (this process) lists the input lazily and keeps a bounded window of objects per
+instance — at most ``concurrency`` in flight plus as many queued — so work starts after the
+first listing page and memory does not grow with the prefix.
+
+Failures: actors have ``max_restarts`` and ``max_task_retries``, so when a worker process
+or a node dies Ray restarts the actor (reloading the model, elsewhere if the node is gone)
+and re-runs the calls that were in flight; the driver resubmits a few more times if
+Ray's own retries run out. Re-running an object is harmless: its ``.out`` is replaced
+atomically with the same bytes and its marker rewritten, so the job ends with every output
+written exactly once and every finished object recorded once in the ledger.
+
+CPU-side work: with ``remote_read`` the object bytes are fetched by small Ray tasks that
+may run on any node (see ``ray_actor.read_object``), so a GPU actor's host spends its CPUs
+on the model; docs/ray.md describes moving handler code out as well.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from tfbatch.errors import DependencyMissing
+from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
+from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.plan import instance_of
+from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult, RecordFailure
+from tfbatch.transform.spec import TransformSpec
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[ObjectResult], None]
+
+# Environment the driver forwards to actors and reader tasks: S3 endpoint and credentials,
+# container settings, TF log level. Ray workers otherwise see only their raylet's environment.
+FORWARD_PREFIXES = ("AWS_", "SAGEMAKER_", "TF_CPP_", "TFBATCH_", "FSSPEC_")
+
+
+def _ray():
+    try:
+        import ray
+    except ModuleNotFoundError as exc:
+        raise DependencyMissing("engine 'ray' needs Ray: pip install 'tfbatch[ray]' (ray[default])") from exc
+    return ray
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    address: str | None = None  # None: RAY_ADDRESS, else a local single-node Ray
+    gpus_per_instance: float = 0
+    cpus_per_instance: float = 1
+    remote_read: bool = False  # fetch object bytes in Ray tasks on any node
+    reader_cpus: float = 0.25
+    max_restarts: int = 3
+    max_task_retries: int = 3
+    resubmits: int = 2  # after Ray's own retries are spent
+    list_page_size: int = 1000
+    forward_env: bool = True
+    spread: bool = True  # one instance per node where possible, as SageMaker instances are
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "RayOptions":
+        env = dict(os.environ if env is None else env)
+        fields: dict = {}
+        if env.get("TFBATCH_RAY_ADDRESS"):
+            fields["address"] = env["TFBATCH_RAY_ADDRESS"]
+        for name, kind in (("gpus_per_instance", float), ("cpus_per_instance", float), ("reader_cpus", float)):
+            value = env.get(f"TFBATCH_RAY_{name.upper()}")
+            if value:
+                fields[name] = kind(value)
+        if env.get("TFBATCH_RAY_REMOTE_READ"):
+            fields["remote_read"] = env["TFBATCH_RAY_REMOTE_READ"].lower() in ("1", "true", "yes")
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**fields)
+
+
+_CURRENT: contextvars.ContextVar[RayOptions | None] = contextvars.ContextVar("tfbatch_ray_options", default=None)
+
+
+@contextmanager
+def ray_options(options: RayOptions) -> Iterator[RayOptions]:
+    """Make ``options`` what ``RayEngine()`` (built by ``get_engine('ray')``) uses here."""
+    token = _CURRENT.set(options)
+    try:
+        yield options
+    finally:
+        _CURRENT.reset(token)
+
+
+def run_ray_transform(spec: TransformSpec, *, address: str | None = None, gpus_per_instance: float = 0,
+                      progress=None, **options) -> JobReport:
+    """``run_transform`` on Ray: same spec, same report, same output bytes."""
+    from tfbatch.transform.job import run_transform
+
+    opts = RayOptions.from_env(address=address, gpus_per_instance=gpus_per_instance or None, **options)
+    with ray_options(opts):
+        return run_transform(spec.model_copy(update={"engine": "ray"}), progress=progress)
+
+
+def forwarded_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k.startswith(FORWARD_PREFIXES)}
+
+
+@dataclass
+class RunTimeline:
+    """When things happened in the last run (seconds from its start), for streaming checks."""
+
+    first_result_s: float | None = None
+    listing_done_s: float | None = None
+    listed: int = 0
+    listed_at_first_result: int | None = None
+    resubmitted: int = 0
+    actor_pids: dict[int, int] = field(default_factory=dict)
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, options: RayOptions | None = None):
+        self.options = options or _CURRENT.get() or RayOptions.from_env()
+        self.timeline = RunTimeline()
+
+    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+        ray = _ray()
+        owns = not ray.is_initialized()
+        if owns:
+            address = self.options.address or os.environ.get("RAY_ADDRESS") or None
+            extra = {} if address else {"include_dashboard": False}
+            ray.init(address=address, namespace="tfbatch", log_to_driver=bool(os.environ.get("TFBATCH_RAY_LOGS")),
+                     logging_level=logging.WARNING, **extra)
+        try:
+            job = _Job(spec, emit, self.options, self.timeline)
+            return job.run()
+        finally:
+            if owns:
+                ray.shutdown()
+
+
+@dataclass
+class _Task:
+    instance: int
+    ref: ObjectRef
+    attempts: int = 0
+    remote_read: bool = False
+
+
+class _Job:
+    def __init__(self, spec: TransformSpec, emit: Emit, options: RayOptions, timeline: RunTimeline):
+        self.ray = _ray()
+        self.spec = spec
+        self.emit = emit
+        self.options = options
+        self.timeline = timeline
+        self.n = spec.instance_count
+        self.window = max(1, spec.concurrency)
+        self.summaries = [InstanceSummary(instance=i) for i in range(self.n)]
+        self.fatal: dict[int, str] = {}
+        self.pending: dict = {}  # ray ObjectRef -> _Task
+        self.in_flight = [0] * self.n
+        self.backlog: list[deque[_Task]] = [deque() for _ in range(self.n)]
+        self.runtime_env = {"env_vars": forwarded_env()} if options.forward_env else None
+        self.started = time.monotonic()
+
+    # ---- set-up ---------------------------------------------------------------------------
+
+    def _start_actors(self) -> list:
+        from tfbatch.engines.ray_actor import actor_class
+
+        opts = self.options
+        cls = actor_class()
+        actors = []
+        for i in range(self.n):
+            kwargs = dict(
+                num_cpus=opts.cpus_per_instance, num_gpus=opts.gpus_per_instance,
+                max_restarts=opts.max_restarts, max_task_retries=opts.max_task_retries,
+                # process() calls run concurrently so the batcher can fill model batches.
+                max_concurrency=self.window + 4,
+            )
+            if self.runtime_env:
+                kwargs["runtime_env"] = self.runtime_env
+            if opts.spread:
+                kwargs["scheduling_strategy"] = "SPREAD"
+            actors.append(cls.options(**kwargs).remote(self.spec.model_dump(), i, self.n))
+        return actors
+
+    def _inputs(self) -> Iterator[ObjectRef]:
+        # plan.iter_inputs with a page size of our own; the same output-folder exclusion.
+        spec = self.spec
+        if spec.manifest:
+            refs = list_manifest(spec.manifest)
+        else:
+            refs = list_prefix(spec.input, page_size=self.options.list_page_size)
+        out_prefix = normalize(spec.output).rstrip("/") + "/"
+        for ref in refs:
+            if not ref.uri.startswith(out_prefix):
+                self.timeline.listed += 1
+                yield ref
+        self.timeline.listing_done_s = time.monotonic() - self.started
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self) -> list[InstanceSummary]:
+        ledger = Ledger.for_spec(self.spec)
+        done = ledger.done_keys() if self.spec.resume else set()
+        self.with_errors = ledger.keys_with_errors()
+        self.actors = self._start_actors()
+        self.ready = {a.ready.remote(): i for i, a in enumerate(self.actors)}
+        try:
+            self._loop(self._inputs(), done)
+            return self._finish()
+        finally:
+            for actor in self.actors:
+                try:
+                    self.ray.kill(actor, no_restart=True)
+                except Exception:  # already gone
+                    pass
+
+    def _loop(self, inputs: Iterator[ObjectRef], done: set[str]) -> None:
+        held: _Task | None = None
+        exhausted = False
+        while True:
+            while not exhausted:
+                if held is None:
+                    ref = next(inputs, None)
+                    if ref is None:
+                        exhausted = True
+                        break
+                    i = instance_of(ref.key, self.n)
+                    if ref.key in done:
+                        self.summaries[i].skipped += 1
+                        continue
+                    held = _Task(i, ref, remote_read=self.options.remote_read)
+                if len(self.backlog[held.instance]) >= self.window:
+                    break  # bounded: wait for that instance before listing further
+                self.backlog[held.instance].append(held)
+                held = None
+            for i in range(self.n):
+                while self.backlog[i] and self.in_flight[i] < self.window:
+                    self._submit(self.backlog[i].popleft())
+            if not self.pending and not self.ready:
+                if exhausted and held is None and not any(self.backlog):
+                    return
+                continue
+            self._collect()
+
+    def _submit(self, task: _Task) -> None:
+        i = task.instance
+        if i in self.fatal:
+            return  # as the local engine: a failed instance's partition is not run
+        ref = task.ref
+        data = None
+        if task.remote_read:
+            from tfbatch.engines.ray_actor import read_object
+
+            kwargs = {"num_cpus": self.options.reader_cpus}
+            if self.runtime_env:
+                kwargs["runtime_env"] = self.runtime_env
+            data = read_object.options(**kwargs).remote(ref.uri)
+        call = self.actors[i].process.remote(ref.uri, ref.key, ref.size, ref.key in self.with_errors, data)
+        self.pending[call] = task
+        self.in_flight[i] += 1
+
+    def _collect(self) -> None:
+        ray = self.ray
+        waiting = list(self.pending) + list(self.ready)
+        finished, _ = ray.wait(waiting, num_returns=1, timeout=None)
+        finished, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)
+        for ref in finished:
+            if ref in self.ready:
+                self._on_ready(ref, self.ready.pop(ref))
+            else:
+                self._on_result(ref, self.pending.pop(ref))
+
+    def _on_ready(self, ref, instance: int) -> None:
+        try:
+            fatal = self.ray.get(ref)
+        except Exception as exc:  # the actor could not even be created
+            fatal = f"{type(exc).__name__}: {exc}"
+        if fatal:
+            self.fatal[instance] = fatal
+            self.backlog[instance].clear()
+
+    def _on_result(self, ref, task: _Task) -> None:
+        ray = self.ray
+        i = task.instance
+        self.in_flight[i] -= 1
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            if task.remote_read:
+                # The reader failed (missing object, ...): let the instance read it itself, so
+                # the pipeline reports and records the failure exactly as the local engine does.
+                self._retry(replace(task, remote_read=False), exc, count=False)
+                return
+            result = _lost(task, exc)
+        except (ray.exceptions.RayError,) as exc:  # worker/actor/node died, object lost
+            self._retry(task, exc)
+            return
+        if result is None:  # the instance is fatal; its ready() call says why
+            return
+        if self.timeline.first_result_s is None:
+            self.timeline.first_result_s = time.monotonic() - self.started
+            self.timeline.listed_at_first_result = self.timeline.listed
+        self._count(i, result)
+        self.emit(result)
+
+    def _retry(self, task: _Task, exc: BaseException, *, count: bool = True) -> None:
+        if count:
+            task.attempts += 1
+        if task.attempts > self.options.resubmits or task.instance in self.fatal:
+            result = _lost(task, exc)
+            self._count(task.instance, result)
+            self.emit(result)
+            return
+        log.warning("object %s: %s; submitting it again", task.ref.key, type(exc).__name__)
+        self.timeline.resubmitted += 1
+        self.backlog[task.instance].appendleft(task)
+
+    def _count(self, i: int, result: ObjectResult) -> None:
+        s = self.summaries[i]
+        s.objects += 1
+        s.records += result.records
+        s.failed_records += result.failed_records
+        if result.ok:
+            s.succeeded += 1
+        else:
+            s.failed += 1
+
+    def _finish(self) -> list[InstanceSummary]:
+        seconds = time.monotonic() - self.started
+        for i, actor in enumerate(self.actors):
+            s = self.summaries[i]
+            s.seconds = seconds
+            s.fatal = self.fatal.get(i)
+            if s.fatal is None:
+                try:
+                    s.batches = self.ray.get(actor.batch_stats.remote(), timeout=30)
+                    self.timeline.actor_pids[i] = self.ray.get(actor.pid.remote(), timeout=30)
+                except Exception:  # stats only; the outputs are written already
+                    log.debug("no batch stats from instance %d", i, exc_info=True)
+        return self.summaries
+
+
+def _lost(task: _Task, exc: BaseException) -> ObjectResult:
+    """An object whose every attempt died with its worker: failed, transient, not in the ledger."""
+    message = f"object lost with its Ray worker after {task.attempts} attempts: {type(exc).__name__}: {exc}"
+    failure = RecordFailure(task.ref.key, None, None, message[:2000], 503)
+    return ObjectResult(key=task.ref.key, ok=False, failed_records=1, failures=[failure])
