@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 def bind_socket(host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> socket.socket:
     """A bound (not yet listening) TCP socket; port 0 picks a free port we can then report."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when it does,
+    # and without it every response (headers, then body) waits ~40 ms on delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
