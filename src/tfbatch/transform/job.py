@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from tfbatch.storage import normalize
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import output_uri
 from tfbatch.transform.plan import Plan, iter_inputs, make_plan
@@ -54,6 +55,7 @@ def run_transform(spec: TransformSpec | None = None, *, progress: str | Progress
     engine = get_engine(spec.engine)
     ledger = Ledger.for_spec(spec)
     bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
+    ledger.remove_stale_temp_files(normalize(spec.output))
     done = ledger.done_keys() if spec.resume else set()
     earlier_failures = len(ledger.keys_with_errors() & done)
     report = JobReport(

@@ -18,13 +18,16 @@ job's markers for its own.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 
-from tfbatch.storage import atomic_write, delete, join, list_prefix, open_read, write_text
+from tfbatch.storage import atomic_write, delete, is_local, join, list_prefix, open_read, write_text
 from tfbatch.transform.report import ObjectResult
 from tfbatch.transform.spec import TransformSpec
 
 FOLDER = "_tfbatch"
+_TEMP = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
 
 
 class Ledger:
@@ -90,6 +93,25 @@ class Ledger:
 
         atomic_write(self.error_report_uri, chunks())
         return self.error_report_uri
+
+    def remove_stale_temp_files(self, output: str) -> int:
+        """Delete temporary files a killed run left in a local output folder.
+
+        Local atomic writes go through ``.<name>.tmp-<hex>`` next to the target; SIGKILL
+        can strand one. On S3 an unfinished upload is never visible, so nothing is needed.
+        """
+        if not is_local(output) or not os.path.isdir(output):
+            return 0
+        removed = 0
+        for folder, _dirs, files in os.walk(output):
+            for name in files:
+                if _TEMP.match(name):
+                    try:
+                        os.unlink(os.path.join(folder, name))
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+        return removed
 
     def write_report(self, report: dict) -> str:
         write_text(self.report_uri, json.dumps(report, indent=2, sort_keys=True) + "\n")
