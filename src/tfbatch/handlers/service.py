@@ -20,6 +20,7 @@ from tfbatch.errors import HandlerError, InvalidInput, TfbatchError, from_except
 from tfbatch.handlers import defaults
 from tfbatch.handlers.context import METHODS, Context, parse_custom_attributes, rest_uri
 from tfbatch.handlers.user_code import UserHandlers
+from tfbatch.runtime import jsonenc
 
 log = logging.getLogger(__name__)
 
@@ -180,15 +181,16 @@ class InferenceService:
             servable = self.model_server.resolve(name, version)
             sig = servable.signatures[servable.default_signature]
             outputs = self.model_server.run(defaults.image_inputs(req.body, sig), name, version, sig.name)
-            result = encode_predict(outputs, "row", sig)
+            result = encode_predict(outputs, "row", sig, native=True)
         else:
             body = defaults.json_request(req.body, req.content_type)
             result = self._call_model(body, name, version, method)
-        return InvocationResponse(status=200, body=json.dumps(result).encode())
+        return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:
-        fn = {"predict": self.model_server.predict, "classify": self.model_server.classify,
-              "regress": self.model_server.regress}[method]
+        if method == "predict":
+            return self.model_server.predict(body, name, version, native=True)
+        fn = self.model_server.classify if method == "classify" else self.model_server.regress
         return fn(body, name, version)
 
     def local_post(self, data: Any, ctx: Context) -> requests.Response:
@@ -198,17 +200,17 @@ class InferenceService:
                 data = bytes(data).decode("utf-8")
             if isinstance(data, str):
                 try:
-                    data = json.loads(data)
+                    data = jsonenc.loads(data)
                 except json.JSONDecodeError as exc:
                     raise InvalidInput(f"input_handler returned a body that is not valid JSON: {exc}") from exc
             if not isinstance(data, dict):
                 raise InvalidInput(
                     f"input_handler must return a JSON object for the model, got {type(data).__name__}"
                 )
-            status, content = 200, json.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
+            status, content = 200, jsonenc.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
         except TfbatchError as err:
-            status, content = err.status, json.dumps(err.to_dict())
-        return _make_response(status, content.encode(), ctx.rest_uri)
+            status, content = err.status, err.to_json()
+        return _make_response(status, content, ctx.rest_uri)
 
 
 def _make_response(status: int, content: bytes, url: str | None) -> requests.Response:

@@ -21,6 +21,7 @@ import numpy as np
 
 from tfbatch import errors
 from tfbatch.runtime.servable import coerce
+from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
 
 ROW = "row"
@@ -202,7 +203,12 @@ def _kind(value: Any) -> str:
 
 
 def encode_predict(
-    outputs: Mapping[str, np.ndarray], fmt: str, sig: SignatureInfo | None = None, *, shortest_floats: bool = False
+    outputs: Mapping[str, np.ndarray],
+    fmt: str,
+    sig: SignatureInfo | None = None,
+    *,
+    shortest_floats: bool = False,
+    native: bool = False,
 ) -> dict[str, Any]:
     """The TF Serving response body for ``outputs``: ``{"predictions": ...}`` or ``{"outputs": ...}``.
 
@@ -215,8 +221,8 @@ def encode_predict(
     keys = sorted(outputs)
     if fmt == COLUMNAR:
         if len(keys) == 1:
-            return {"outputs": to_json_value(outputs[keys[0]], keys[0], shortest_floats)}
-        return {"outputs": {k: to_json_value(outputs[k], k, shortest_floats) for k in keys}}
+            return {"outputs": to_json_value(outputs[keys[0]], keys[0], shortest_floats, native)}
+        return {"outputs": {k: to_json_value(outputs[k], k, shortest_floats, native) for k in keys}}
     if fmt != ROW:
         raise ValueError(f"unknown format {fmt!r}")
     arrays = {k: np.asarray(outputs[k]) for k in keys}
@@ -228,14 +234,19 @@ def encode_predict(
             + "; send the request in columnar format ('inputs') instead"
         )
     if len(keys) == 1:
-        return {"predictions": to_json_value(arrays[keys[0]], keys[0], shortest_floats)}
-    columns = [to_json_value(arrays[k], k, shortest_floats) for k in keys]
+        return {"predictions": to_json_value(arrays[keys[0]], keys[0], shortest_floats, native)}
+    columns = [to_json_value(arrays[k], k, shortest_floats, native) for k in keys]
     return {"predictions": [dict(zip(keys, row)) for row in zip(*columns)]}
 
 
-def to_json_value(arr: np.ndarray, key: str = "", shortest_floats: bool = False) -> Any:
-    """Nested lists of JSON-ready Python values (``tolist`` does the work in C)."""
+def to_json_value(arr: np.ndarray, key: str = "", shortest_floats: bool = False, native: bool = False) -> Any:
+    """Nested lists of JSON-ready Python values (``tolist`` does the work in C), or with
+    ``native`` the numpy array itself where :mod:`~tfbatch.runtime.jsonenc` can write it."""
     arr = np.asarray(arr)
+    if native:
+        fast = jsonenc.native_array(arr)
+        if fast is not None:
+            return fast
     kind = arr.dtype.kind
     if kind == "f":
         if shortest_floats and arr.dtype.itemsize < 8:

@@ -156,12 +156,17 @@ class ModelServer:
 
     # ---- TF Serving REST bodies --------------------------------------------------------
 
-    def predict(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
-        """TF Serving ``:predict``: row or columnar request -> predictions or outputs."""
+    def predict(
+        self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None, *, native: bool = False
+    ) -> dict:
+        """TF Serving ``:predict``: row or columnar request -> predictions or outputs.
+
+        ``native`` keeps numeric outputs as numpy arrays for ``jsonenc.dumps`` (the HTTP paths).
+        """
         servable = self.resolve(name, version)
         sig = servable.signature(_signature_name(body))
         tensors, fmt = codec.decode_predict(body, sig)
-        return codec.encode_predict(self._run(servable, sig, tensors), fmt, sig)
+        return codec.encode_predict(self._run(servable, sig, tensors), fmt, sig, native=native)
 
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.resolve(name, version)

@@ -1,0 +1,74 @@
+"""Fast JSON for TF Serving responses.
+
+Formatting millions of floats is what makes REST slow next to gRPC: ``json.dumps`` over
+``tolist()`` spends seconds on a 10 MB tensor. orjson serialises numpy arrays natively and
+writes float32 with its shortest round-trip decimal — the same digits TF Serving prints.
+Response builders may therefore leave numeric outputs as numpy arrays (``native=True`` in
+:mod:`tfbatch.runtime.codec`) and hand the structure to :func:`dumps`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+try:
+    import orjson
+
+    _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+except ImportError:  # pragma: no cover - orjson is a pinned dependency; keep a slow path anyway
+    orjson = None
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes; numpy arrays and scalars allowed anywhere in ``value``."""
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=_default, option=_OPTIONS)
+        except TypeError:
+            pass  # e.g. an integer beyond 64 bits: the standard library handles it
+    return json.dumps(value, separators=(",", ":"), default=_default).encode()
+
+
+def native_array(arr: np.ndarray) -> Any:
+    """``arr`` in a form :func:`dumps` writes natively, or None when it must go through ``tolist``.
+
+    Arrays holding non-finite floats become a pre-encoded fragment: orjson would write
+    ``null`` where TF Serving writes ``NaN``/``Infinity``.
+    """
+    if orjson is None or arr.ndim == 0:
+        return None
+    kind = arr.dtype.kind
+    if kind == "f":
+        if arr.dtype == np.float16:
+            arr = arr.astype(np.float32)
+        elif arr.dtype not in (np.float32, np.float64):
+            return None
+        if not np.isfinite(arr).all():
+            text = json.dumps(arr.astype(np.float64).tolist(), separators=(",", ":"))
+            return orjson.Fragment(text.encode())
+    elif kind not in "biu":
+        return None
+    return np.ascontiguousarray(arr)
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON; orjson first (several times faster on big base64 bodies), then the standard
+    library, which also accepts the ``NaN``/``Infinity`` tokens TF Serving clients may send
+    and produces the error messages users see."""
+    if orjson is not None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
