@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tfbatch.bench.measure import PeakRss, agreement, output_timing, wait_logged
+from tfbatch.bench.measure import TreeMonitor, agreement, output_timing, wait_logged
 
 
 def test_steady_rate_ignores_the_first_burst(tmp_path):
@@ -24,15 +24,21 @@ def test_steady_rate_ignores_the_first_burst(tmp_path):
 
 
 def test_peak_rss_sees_a_child_of_a_child_and_cpu_is_counted(tmp_path):
-    inner = "x = bytearray(300 * 2**20); import time; time.sleep(1.0)"
+    inner = ("import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+             "x = bytearray(300 * 2**20)\ntime.sleep(0.5)")
     outer = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {inner!r}])"
-    with PeakRss(interval_s=0.02) as rss:
+    with TreeMonitor(interval_s=0.02) as rss:
         proc = subprocess.Popen([sys.executable, "-c", outer])
         rss.watch(proc.pid)
         error, cpu = wait_logged(proc, tmp_path / "none.log", 60)
     assert error is None
     assert rss.peak_bytes > 300 * 2**20
-    assert cpu > 0.0
+    assert cpu >= 0.6  # wait4 counts the reaped grandchild's busy loop
+    # The samples saw the grandchild's CPU while it ran, and never go backwards.
+    cpus = [c for _, c in rss.cpu_samples]
+    assert cpus == sorted(cpus) and cpus[-1] >= 0.4
+    assert rss.cpu_at(rss.cpu_samples[0][0]) == cpus[0]
+    assert rss.cpu_at(rss.cpu_samples[0][0] - 10) is None
 
 
 def test_failure_reports_the_log_tail(tmp_path):

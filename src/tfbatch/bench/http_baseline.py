@@ -45,6 +45,9 @@ SAGEMAKER_TFS_ENV = {
 }
 
 
+MAX_RETRIES = 3  # InvocationsMaxRetries' default: SageMaker's agent retries failed requests
+
+
 def load_model_server(archive: str | Path):
     from tfbatch.artifact import open_artifact
     from tfbatch.runtime import ModelServer, RuntimeSettings, configure_threads
@@ -89,6 +92,12 @@ class _TfsHandler(BaseHTTPRequestHandler):
             self._reply(500, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # listen() backlog: 64 clients connect at once; the default 5 resets some of them.
+    request_queue_size = 1024
+
+
 def serve(archive: str | Path, *, port: int = 0, port_file: str | None = None, server: str = "threaded") -> None:
     """Load the model, listen on 127.0.0.1, write the port to ``port_file``, serve until killed."""
     model_server = load_model_server(archive)
@@ -103,9 +112,7 @@ def serve(archive: str | Path, *, port: int = 0, port_file: str | None = None, s
         threading.Event().wait()
         return
     handler = type("Handler", (_TfsHandler,), {"model_server": model_server})
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    httpd.daemon_threads = True
-    httpd.request_queue_size = 256
+    httpd = _Server(("127.0.0.1", port), handler)
     _announce(httpd.server_address[1], port_file)
     httpd.serve_forever()
 
@@ -153,7 +160,14 @@ def run_client(url: str, archive: str | Path, input_dir: str | Path, output_dir:
         context = Context(model_name, None, "predict", rest_uri, None, None, None, content_type,
                           "application/json", len(data))
         body = script.input_handler(io.BytesIO(data), context)
-        response = session.post(rest_uri, data=body, headers={"Content-Type": "application/json"})
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                response = session.post(rest_uri, data=body, headers={"Content-Type": "application/json"})
+                break
+            except requests.ConnectionError:
+                if attempt == MAX_RETRIES:
+                    raise
+                session = local.session = requests.Session()
         try:
             result, _ = script.output_handler(response, context)
         except Exception as exc:  # noqa: BLE001 - SageMaker records the failure and moves on

@@ -20,24 +20,29 @@ from typing import Any
 import psutil
 
 
-class PeakRss:
-    """Polls the summed RSS of some processes and all their descendants; keeps the peak.
+class TreeMonitor:
+    """Polls a process tree: peak summed RSS, and CPU seconds over time.
 
     Shared pages (e.g. the TensorFlow library mapped by two processes) count once per
     process, as ``ps`` reports them: an upper bound, the same way for every contender.
+    The CPU samples let :func:`cpu_between` charge a time window (the steady state) with
+    the CPU it used, leaving start-up out.
     """
 
     def __init__(self, interval_s: float = 0.05):
         self.interval_s = interval_s
         self.pids: list[int] = []
         self.peak_bytes = 0
+        self.cpu_samples: list[tuple[float, float]] = []  # (time.time(), CPU seconds so far)
+        self._cpu_gone = 0.0  # CPU of descendants that exited, last seen alive
+        self._last_cpu: dict[int, float] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="peak-rss", daemon=True)
+        self._thread = threading.Thread(target=self._poll, name="tree-monitor", daemon=True)
 
     def watch(self, pid: int) -> None:
         self.pids.append(pid)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> "TreeMonitor":
         self._thread.start()
         return self
 
@@ -45,8 +50,8 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
 
-    def sample(self) -> int:
-        total = 0
+    def sample(self) -> tuple[int, float]:
+        rss, seen = 0, {}
         for pid in list(self.pids):
             try:
                 root = psutil.Process(pid)
@@ -55,15 +60,34 @@ class PeakRss:
                 continue
             for proc in procs:
                 try:
-                    total += proc.memory_info().rss
+                    with proc.oneshot():
+                        rss += proc.memory_info().rss
+                        times = proc.cpu_times()
+                        seen[proc.pid] = times.user + times.system
                 except psutil.Error:
                     pass
-        return total
+        for pid, cpu in self._last_cpu.items():
+            if pid not in seen:
+                self._cpu_gone += cpu
+        self._last_cpu = seen
+        return rss, self._cpu_gone + sum(seen.values())
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            self.peak_bytes = max(self.peak_bytes, self.sample())
+            rss, cpu = self.sample()
+            self.peak_bytes = max(self.peak_bytes, rss)
+            self.cpu_samples.append((time.time(), cpu))
             self._stop.wait(self.interval_s)
+
+    def cpu_at(self, t: float) -> float | None:
+        """CPU seconds used by ``t``, interpolated between samples."""
+        samples = self.cpu_samples
+        if not samples or t < samples[0][0] or t > samples[-1][0]:
+            return None
+        for (t0, c0), (t1, c1) in zip(samples, samples[1:]):
+            if t0 <= t <= t1:
+                return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+        return samples[-1][1]
 
 
 @dataclass
@@ -72,6 +96,8 @@ class Timing:
     first_output: float | None  # time.time() of the first/last output written
     last_output: float | None
     steady_images_per_s: float | None
+    steady_start: float | None = None  # the window the steady rate was measured over
+    steady_images: int = 0
 
 
 def output_timing(output_dir: str | Path, *, skip_fraction: float = 0.1) -> Timing:
@@ -85,7 +111,7 @@ def output_timing(output_dir: str | Path, *, skip_fraction: float = 0.1) -> Timi
     done_after = sum(1 for t in times if t > t0)
     span = times[-1] - t0
     rate = done_after / span if span > 0 and done_after else None
-    return Timing(len(times), times[0], times[-1], rate)
+    return Timing(len(times), times[0], times[-1], rate, t0, done_after)
 
 
 @dataclass
@@ -108,7 +134,7 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def finish(run: Run, launched: float, ended: float, output_dir: Path, rss: PeakRss) -> Run:
+def finish(run: Run, launched: float, ended: float, output_dir: Path, rss: TreeMonitor) -> Run:
     timing = output_timing(output_dir)
     run.outputs = timing.outputs
     run.wall_s = ended - launched
@@ -117,6 +143,10 @@ def finish(run: Run, launched: float, ended: float, output_dir: Path, rss: PeakR
     run.end_to_end_images_per_s = timing.outputs / run.wall_s if run.wall_s > 0 else None
     run.peak_rss_mb = rss.peak_bytes / 2**20
     run.extra["cpu_ms_per_image"] = 1000 * run.cpu_s / timing.outputs if timing.outputs else None
+    if timing.steady_images and timing.steady_start is not None and timing.last_output is not None:
+        c0, c1 = rss.cpu_at(timing.steady_start), rss.cpu_at(timing.last_output)
+        if c0 is not None and c1 is not None:
+            run.extra["steady_cpu_ms_per_image"] = 1000 * (c1 - c0) / timing.steady_images
     run.ok = run.ok and timing.outputs == run.images
     if timing.outputs != run.images and run.error is None:
         run.error = f"expected {run.images} outputs, found {timing.outputs}"

@@ -28,7 +28,7 @@ def tfs_row_json(probabilities: np.ndarray, klass: int) -> bytes:
     return json.dumps({"predictions": [row]}).encode()
 
 
-def run(model_dir: str | Path, input_dir: str | Path, output_dir: str | Path, *, batch_size: int = 32) -> dict:
+def run(model_dir: str | Path, input_dir: str | Path, output_dir: str | Path, *, batch_size: int = 16) -> dict:
     import tensorflow as tf
 
     from tfbatch.bench.models import SERVING_TENSOR, decode_and_resize
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="SavedModel folder (with serving_tensor)")
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args(argv)
     print(json.dumps(run(args.model_dir, args.input, args.output, batch_size=args.batch_size)))
     return 0

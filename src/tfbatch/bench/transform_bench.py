@@ -30,7 +30,7 @@ from typing import Any
 
 from tfbatch.bench import measure
 from tfbatch.bench.dataset import ensure_dataset
-from tfbatch.bench.measure import PeakRss, Run
+from tfbatch.bench.measure import TreeMonitor, Run
 from tfbatch.bench.models import archive_path, ensure_artifact, savedmodel_dir
 
 CONTENDERS = {
@@ -60,7 +60,7 @@ def _launch(cmd: list[str], log: Path) -> subprocess.Popen:
 def _run_single(contender: str, model: str, images: int, cmd: list[str], output: Path, log: Path,
                 timeout_s: float) -> Run:
     run = Run(contender, model, images, ok=True, command=cmd)
-    with PeakRss() as rss:
+    with TreeMonitor() as rss:
         launched = measure.now()
         proc = _launch(cmd, log)
         rss.watch(proc.pid)
@@ -98,7 +98,7 @@ def run_http(model: str, images: int, archive: Path, inputs: Path, output: Path,
     server_cmd = [py, "-m", "tfbatch.bench.http_baseline", "serve", "--model", str(archive),
                   "--port-file", str(port_file), "--server", server]
     run = Run("c", model, images, ok=True, command=server_cmd)
-    with PeakRss() as rss:
+    with TreeMonitor() as rss:
         launched = measure.now()
         srv = _launch(server_cmd, logs / f"{model}-c-server.log")
         rss.watch(srv.pid)
@@ -137,8 +137,7 @@ def bench_model(model: str, inputs: Path, images: int, workdir: Path, *, contend
         output.parent.mkdir(parents=True, exist_ok=True)
         if c == "a":
             cmd = [py, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
-                   "--output", str(output), "--content-type", "application/x-image",
-                   "--max-batch-size", str(batch_size), *tfbatch_args]
+                   "--output", str(output), "--content-type", "application/x-image", *tfbatch_args]
             runs.append(_run_single("a", model, images, cmd, output, logs / f"{model}-a.log", timeout_s))
         elif c == "b":
             cmd = [py, "-m", "tfbatch.bench.tfdata_baseline", "--model-dir", str(savedmodel_dir(folder)),
@@ -240,10 +239,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="dataset, exported models (cached) and outputs")
     parser.add_argument("--contenders", default="abc")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=32, help="model batch size for (a) and (b)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="batch size of the tf.data pipeline (b); the best CPU ms/image for MobileNetV2 here")
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent requests for (c)")
     parser.add_argument("--server", choices=["threaded", "tfs-app"], default="threaded", help="REST server for (c)")
-    parser.add_argument("--tfbatch-arg", action="append", default=[], help="extra flag for (a); repeatable")
+    parser.add_argument("--tfbatch-arg", action="append", default=[],
+                        help="extra flag for (a), e.g. --tfbatch-arg=--max-batch-size=16; repeatable. "
+                             "Without it (a) runs with tfbatch's own defaults, as a user would")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per contender")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     args = parser.parse_args(argv)
@@ -260,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_before": os.getloadavg(),
         "note": args.note,
         "dataset": dataset_meta,
-        "settings": {"batch_size_a_b": args.batch_size, "concurrency_c": args.concurrency,
+        "settings": {"batch_size_b": args.batch_size, "concurrency_c": args.concurrency,
                      "server_c": args.server, "tfbatch_args": args.tfbatch_arg,
                      "c_batching": "SAGEMAKER_TFS defaults: max_batch_size 8, batch_timeout_micros 1000"},
         "models": {},
