@@ -48,7 +48,7 @@ def test_line_split_keeps_order_and_key_layout(tmp_path, linear_model):
     assert saved["records"] == 8 and saved["ok"] is True
 
 
-def test_multirecord_gives_the_same_bytes_as_singlerecord(tmp_path, linear_model):
+def test_multirecord_gives_the_same_outputs_as_singlerecord(tmp_path, linear_model):
     rows = [[float(i), float(i % 7), -float(i)] for i in range(300)]
     inp = _write(tmp_path / "in", {"x.jsonl": _jsonl(rows)})
     outs = {}
@@ -59,7 +59,9 @@ def test_multirecord_gives_the_same_bytes_as_singlerecord(tmp_path, linear_model
                                assemble_with="Line")
         assert report.ok, report.summary()
         outs[strategy] = (out / "x.jsonl.out").read_bytes()
-    assert outs["SingleRecord"] == outs["MultiRecord"]
+    # Same values per line (MultiRecord responses are re-serialised per record when split).
+    parse = lambda data: [json.loads(line) for line in data.splitlines()]  # noqa: E731
+    assert parse(outs["SingleRecord"]) == parse(outs["MultiRecord"])
     assert len(outs["MultiRecord"].splitlines()) == 300
 
 
