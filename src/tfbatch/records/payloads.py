@@ -8,12 +8,12 @@ one bad record costs exactly one error, not its neighbours' results.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from tfbatch.errors import JobSpecError, PayloadTooLarge, TfbatchError
 from tfbatch.records.framing import Record, where
+from tfbatch.runtime import jsonenc
 
 BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
 # Keys of TFS responses that hold one row per instance, in request order.
@@ -124,7 +124,7 @@ def _split_json_rows(response: bytes, n: int) -> list[bytes] | None:
     if not head.startswith(b"{"):
         return None
     try:
-        value = json.loads(response)
+        value = jsonenc.loads(response)
     except ValueError:
         return None
     if not isinstance(value, dict):
@@ -133,7 +133,8 @@ def _split_json_rows(response: bytes, n: int) -> list[bytes] | None:
         rows = value.get(key)
         if isinstance(rows, list) and len(rows) == n:
             rest = {k: v for k, v in value.items() if k != key}
-            return [json.dumps({**rest, key: [row]}).encode() for row in rows]
+            # Same encoder as the service, so a split row is byte-identical to a SingleRecord answer.
+            return [jsonenc.dumps({**rest, key: [row]}) for row in rows]
     return None
 
 
