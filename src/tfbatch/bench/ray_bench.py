@@ -93,7 +93,9 @@ def listing(objects: int, threads: int, page_size: int) -> dict:
         model = make_linear_model(root / "model" / "1").parent
         with S3Server() as s3, LocalRayCluster(nodes=2, num_cpus=1) as cluster:
             os.environ.update(s3.env())
-            client = s3.client()
+            from botocore.config import Config
+
+            client = s3.client(config=Config(max_pool_connections=threads))
             client.create_bucket(Bucket="bench")
             started = time.perf_counter()
             with ThreadPoolExecutor(threads) as pool:
