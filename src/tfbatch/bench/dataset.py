@@ -32,6 +32,8 @@ SKLEARN_PHOTOS = ("china.jpg", "flower.jpg")
 
 MIN_BYTES = 100 * 1024
 MAX_BYTES = 200 * 1024
+MAX_SIDE = 2048.0
+GENERATOR_VERSION = 2  # bump when the bytes change, so cached datasets are regenerated
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ def make_jpeg(seed: int, index: int, min_bytes: int = MIN_BYTES, max_bytes: int 
     longest = float(rng.uniform(640, 1024))
 
     data, size = b"", (0, 0)
-    for _ in range(12):
+    for _ in range(16):
         scale = longest / max(cw, ch)
         size = (max(16, round(cw * scale)), max(16, round(ch * scale)))
         buf = io.BytesIO()
@@ -112,8 +114,12 @@ def make_jpeg(seed: int, index: int, min_bytes: int = MIN_BYTES, max_bytes: int 
         data = buf.getvalue()
         if min_bytes <= len(data) <= max_bytes:
             break
+        if len(data) < min_bytes and longest >= MAX_SIDE:
+            # Smooth, wide crops stay small even at the largest size: spend quality instead.
+            quality = min(98, quality + 3)
+            continue
         # JPEG size grows roughly with pixel count, i.e. with the square of the side.
-        longest = min(2048.0, max(64.0, longest * (target / len(data)) ** 0.5))
+        longest = min(MAX_SIDE, max(64.0, longest * (target / len(data)) ** 0.5))
     return data, ImageFile(file_name(seed, index), source, size[0], size[1], quality, len(data))
 
 
@@ -142,7 +148,8 @@ def ensure_dataset(root: str | Path, count: int, *, seed: int = 0) -> Path:
     """
     directory = Path(root) / "images"
     manifest = Path(root) / "dataset.json"
-    wanted = {"count": count, "seed": seed, "min_bytes": MIN_BYTES, "max_bytes": MAX_BYTES}
+    wanted = {"count": count, "seed": seed, "min_bytes": MIN_BYTES, "max_bytes": MAX_BYTES,
+              "generator": GENERATOR_VERSION}
     if manifest.exists():
         meta = json.loads(manifest.read_text())
         if all(meta.get(k) == v for k, v in wanted.items()):

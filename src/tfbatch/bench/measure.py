@@ -125,6 +125,7 @@ class Run:
     outputs: int = 0
     wall_s: float = 0.0
     startup_s: float | None = None  # launch -> first output written
+    shutdown_s: float | None = None  # last output written -> last process exited
     steady_images_per_s: float | None = None
     end_to_end_images_per_s: float | None = None
     peak_rss_mb: float = 0.0
@@ -139,6 +140,7 @@ def finish(run: Run, launched: float, ended: float, output_dir: Path, rss: TreeM
     run.outputs = timing.outputs
     run.wall_s = ended - launched
     run.startup_s = None if timing.first_output is None else timing.first_output - launched
+    run.shutdown_s = None if timing.last_output is None else ended - timing.last_output
     run.steady_images_per_s = timing.steady_images_per_s
     run.end_to_end_images_per_s = timing.outputs / run.wall_s if run.wall_s > 0 else None
     run.peak_rss_mb = rss.peak_bytes / 2**20

@@ -50,13 +50,13 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             f"## {model}",
             "",
-            "| contender | images/s steady | images/s incl. start-up | start-up to first output | wall | CPU ms/image steady | CPU ms/image incl. start-up | peak RSS | agrees with (b) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| contender | images/s steady | images/s incl. start-up | start-up to first output | after last output | wall | CPU ms/image steady | CPU ms/image incl. start-up | peak RSS | agrees with (b) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for run in entry["runs"]:
             name = NAMES.get(run["contender"], run["contender"])
             if not run["ok"]:
-                lines.append(f"| {name} | failed: {run['error']} | | | | | | | |")
+                lines.append(f"| {name} | failed: {run['error']} | | | | | | | | |")
                 continue
             agree = run["extra"].get("agreement_with_b")
             agree_text = "reference" if run["contender"] == "b" else (
@@ -64,7 +64,8 @@ def markdown(results: dict[str, Any]) -> str:
                 if agree and agree.get("files") else "–")
             lines.append(
                 f"| {name} | {_f(run['steady_images_per_s'])} | {_f(run['end_to_end_images_per_s'])} | "
-                f"{_f(run['startup_s'], 1, ' s')} | {_f(run['wall_s'], 1, ' s')} | {_f(run['extra'].get('steady_cpu_ms_per_image'), 1)} | "
+                f"{_f(run['startup_s'], 1, ' s')} | {_f(run.get('shutdown_s'), 1, ' s')} | "
+                f"{_f(run['wall_s'], 1, ' s')} | {_f(run['extra'].get('steady_cpu_ms_per_image'), 1)} | "
                 f"{_f(run['extra'].get('cpu_ms_per_image'), 0)} | "
                 f"{_f(run['peak_rss_mb'], 0, ' MB')} | "
                 f"{agree_text} |"
