@@ -1,4 +1,4 @@
-"""Where a transform job's instances run: ``local`` (processes here); ``ray`` comes later."""
+"""Where a transform job's instances run: ``local`` (processes here) or ``ray`` (actors on a Ray cluster)."""
 
 from __future__ import annotations
 

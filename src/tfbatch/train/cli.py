@@ -43,7 +43,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.config:
         settings = {**json.loads(Path(args.config).read_text()),
                     **{k: v for k, v in settings.items() if v is not None}}
-    result = train(TrainConfig(**{k: v for k, v in settings.items() if v is not None}))
+    config = TrainConfig(**{k: v for k, v in settings.items() if v is not None})
+    if args.engine == "ray":
+        from tfbatch.train.ray_train import train_on_ray
+
+        result = train_on_ray(config, address=args.ray_address, num_workers=config.workers,
+                              gpus_per_worker=args.gpus_per_worker or 0)
+    else:
+        result = train(config)
     print(result.model_dump_json(indent=2))
     return 0
 
@@ -81,6 +88,10 @@ def add_parser(sub) -> None:
     p.add_argument("--pad", type=int, default=4, help="pad-and-crop augmentation; 0 = off")
     p.add_argument("--no-flip", action="store_true", help="no left-right flips (digits, text)")
     p.add_argument("--seed", type=int)
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local worker processes, or Ray Train workers on a Ray cluster")
+    p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--gpus-per-worker", type=float)
     p.set_defaults(func=_cmd_train)
 
 

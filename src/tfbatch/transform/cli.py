@@ -43,6 +43,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-resume", dest="resume", action="store_false", default=None,
                    help="ignore the ledger of an earlier run of this job and redo every object")
     p.add_argument("--dry-run", action="store_true", help="print the plan (objects per instance) and exit")
+    p.add_argument("--engine", choices=["local", "ray"], help="where instances run (default: local processes)")
+    p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--gpus-per-instance", type=float, help="GPUs each Ray instance actor holds")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 
@@ -56,6 +59,7 @@ def spec_from_args(args: argparse.Namespace):
         "batch_strategy", "max_payload_mb", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
+        "engine",
     ]
     for name in names:
         value = getattr(args, name, None)
@@ -75,7 +79,13 @@ def _cmd_transform(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_transform(spec).describe(spec))
         return 0
-    report = run_transform(spec, progress=args.progress)
+    if spec.engine == "ray":
+        from tfbatch.engines.ray import run_ray_transform
+
+        report = run_ray_transform(spec, address=args.ray_address, gpus_per_instance=args.gpus_per_instance or 0,
+                                   progress=args.progress)
+    else:
+        report = run_transform(spec, progress=args.progress)
     print(report.summary())
     return 0 if report.ok else 1
 

@@ -73,3 +73,24 @@ def test_model_that_cannot_load_is_an_instance_failure(ray_cluster, tmp_path, wr
     assert not report.ok
     assert len(report.fatal) == 2 and all("instance" in f for f in report.fatal)
     assert read_outputs(tmp_path / "out") == {}
+
+
+def test_command_line_engine_ray(ray_cluster, linear_model, tmp_path, write_inputs, read_outputs):
+    """``tfbatch transform --engine ray --ray-address ...`` gives the local engine's bytes."""
+    import os
+    import subprocess
+    import sys
+
+    inputs = write_inputs(tmp_path / "in", objects=6)
+    common = ["--model", str(linear_model), "--input", str(inputs), "--content-type", "application/jsonlines",
+              "--split-type", "Line", "--assemble-with", "Line", "--instance-count", "2", "--progress", "off"]
+    env = {**os.environ, "TFBATCH_RAY_CPUS_PER_INSTANCE": "0.5"}
+    for engine in ("local", "ray"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfbatch", "transform", *common, "--output", str(tmp_path / engine),
+             "--engine", engine, "--ray-address", ray_cluster.address],
+            capture_output=True, text=True, timeout=240, env=env,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(read_outputs(tmp_path / "ray")) == 6
+    assert read_outputs(tmp_path / "ray") == read_outputs(tmp_path / "local")
