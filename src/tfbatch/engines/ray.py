@@ -138,7 +138,9 @@ class RayEngine:
         owns = not ray.is_initialized()
         if owns:
             address = self.options.address or os.environ.get("RAY_ADDRESS") or None
-            extra = {} if address else {"include_dashboard": False}
+            # A Ray started here for this job stays on loopback (Ray still opens some ports on all
+            # interfaces; docs/ray.md says how to fence a real cluster).
+            extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
             ray.init(address=address, namespace="tfbatch", log_to_driver=bool(os.environ.get("TFBATCH_RAY_LOGS")),
                      logging_level=logging.WARNING, **extra)
         try:

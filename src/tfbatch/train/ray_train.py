@@ -59,7 +59,7 @@ def train_on_ray(config: TrainConfig, address: str | None = None, num_workers: i
     if owns:
         address = address or os.environ.get("RAY_ADDRESS") or None
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
-        extra = {} if address else {"include_dashboard": False}
+        extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
         ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=bool(os.environ.get("TFBATCH_RAY_LOGS")),
                  logging_level=logging.WARNING, **extra)
     try:
