@@ -46,7 +46,9 @@ class TransformSpec(BaseModel):
     invocations_timeout: int = Field(default=600, ge=1, le=3600)
     invocations_max_retries: int = Field(default=3, ge=0, le=3)
     # Beyond SageMaker: batching across requests and files, error policy, user-requested installs.
-    max_batch_size: int = Field(default=32, ge=1)
+    # 16, not larger: on CPUs, MobileNetV2 costs ~18% more CPU per image at 32 than at 8-16
+    # (benchmarks/transform/README.md); on a GPU pass --max-batch-size 64 or more.
+    max_batch_size: int = Field(default=16, ge=1)
     batch_timeout_ms: float = Field(default=5.0, ge=0)
     on_error: OnError = "continue"
     install_requirements: bool = False
