@@ -295,3 +295,28 @@ def test_cancelled_request_is_skipped():
         gate.set()
         first.result(timeout=5)
     assert seen == [1]
+
+
+def test_idle_dispatch_runs_a_lone_request_at_once_and_still_batches_under_load():
+    rec = Recorder(delay=0.05)
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.5, idle_dispatch=True) as batcher:
+        start = time.monotonic()
+        batcher.submit({"x": rows(0, 1)}).result(timeout=5)
+        assert time.monotonic() - start < 0.25  # not the 0.5 s deadline
+        # While that first batch runs, the next requests queue and leave together.
+        first = batcher.submit({"x": rows(1, 1)})
+        time.sleep(0.005)
+        later = [batcher.submit({"x": rows(2 + i, 1)}) for i in range(7)]
+        for f in [first, *later]:
+            f.result(timeout=5)
+    assert rec.sizes[0] == 1
+    assert rec.sizes[1] == 1  # the batcher was idle again when `first` arrived
+    assert rec.sizes[2:] == [7]  # queued behind a running batch: one full batch, no deadline wait
+
+
+def test_without_idle_dispatch_a_lone_request_waits_for_its_deadline():
+    rec = Recorder()
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.2) as batcher:
+        start = time.monotonic()
+        batcher.submit({"x": rows(0, 1)}).result(timeout=5)
+        assert time.monotonic() - start >= 0.19

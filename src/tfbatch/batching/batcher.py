@@ -101,6 +101,7 @@ class DynamicBatcher:
         num_threads: int = 1,
         name: str = "",
         on_batch: Callable[[int, float], None] | None = None,
+        idle_dispatch: bool = False,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -114,6 +115,10 @@ class DynamicBatcher:
         self.max_batch_size = max_batch_size
         self.timeout_s = timeout_s
         self.max_queued_rows = max_queued_rows
+        # Beyond TF Serving: when no batch is running, waiting for the deadline only adds
+        # latency (nothing else can join faster than the model would finish); run at once.
+        # Under load a batch is always running, so batches still fill as before.
+        self.idle_dispatch = idle_dispatch
         self.name = name
         self._on_batch = on_batch
         self._cond = threading.Condition()
@@ -224,7 +229,8 @@ class DynamicBatcher:
         for key, queue in self._groups.items():
             head = queue[0].arrived
             due = head + self.timeout_s
-            if self._closed or self._group_rows[key] >= self.max_batch_size or due <= now:
+            idle = self.idle_dispatch and self._running == 0
+            if self._closed or idle or self._group_rows[key] >= self.max_batch_size or due <= now:
                 if ready_arrival is None or head < ready_arrival:
                     ready, ready_arrival = key, head
             elif next_deadline is None or due < next_deadline:

@@ -146,6 +146,7 @@ class ModelServer:
                     max_queued_rows=s.max_queued_rows,
                     num_threads=s.num_batch_threads,
                     name=f"{servable.name}/{servable.version}/{sig_name}",
+                    idle_dispatch=s.batch_idle_dispatch,
                 )
                 self._batchers[key] = batcher
             return batcher

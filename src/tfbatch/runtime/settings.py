@@ -57,6 +57,7 @@ ENV_VARS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "intra_op_parallelism": ("SAGEMAKER_TFS_INTRA_OP_PARALLELISM", _parse_non_negative_int),
     "inter_op_parallelism": ("SAGEMAKER_TFS_INTER_OP_PARALLELISM", _parse_non_negative_int),
     "default_model_name": ("SAGEMAKER_TFS_DEFAULT_MODEL_NAME", _parse_name),
+    "batch_idle_dispatch": ("TFBATCH_BATCH_IDLE_DISPATCH", _parse_bool),
 }
 
 
@@ -73,6 +74,9 @@ class RuntimeSettings(pydantic.BaseModel):
     intra_op_parallelism: int | None = pydantic.Field(None, ge=0)
     inter_op_parallelism: int | None = pydantic.Field(None, ge=0)
     default_model_name: str | None = None
+    # Run a request at once when no batch is running instead of waiting for the batch
+    # timeout (TF Serving always waits). ``tfbatch serve`` turns it on for latency.
+    batch_idle_dispatch: bool = False
 
     @property
     def batch_timeout_s(self) -> float:

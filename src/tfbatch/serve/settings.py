@@ -52,7 +52,10 @@ class ServeSettings(pydantic.BaseModel):
     def runtime_settings(self, env: Mapping[str, str] | None = None):
         from tfbatch.runtime import RuntimeSettings
 
-        return RuntimeSettings.from_env(env, **self.runtime)
+        overrides = dict(self.runtime)
+        if "TFBATCH_BATCH_IDLE_DISPATCH" not in (os.environ if env is None else env):
+            overrides.setdefault("batch_idle_dispatch", True)  # an endpoint is about latency
+        return RuntimeSettings.from_env(env, **overrides)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "ServeSettings":
