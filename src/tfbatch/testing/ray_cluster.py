@@ -15,6 +15,7 @@ are killed.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -64,6 +65,16 @@ class RayNode:
     args: list[str] = field(default_factory=list)
 
 
+def _process_token() -> str:
+    global _TOKEN
+    if _TOKEN is None:
+        _TOKEN = os.environ.get("RAY_AUTH_TOKEN") or secrets.token_hex(32)
+    return _TOKEN
+
+
+_TOKEN: str | None = None
+
+
 class LocalRayCluster:
     """``LocalRayCluster(nodes=2).start()``; ``.address`` for ``ray.init``; ``.stop()``.
 
@@ -95,6 +106,14 @@ class LocalRayCluster:
 
     def start(self) -> "LocalRayCluster":
         self.root = tempfile.mkdtemp(prefix="tfr", dir="/tmp")
+        # Ray 2.60 turns token authentication on by itself once a ~/.ray/auth_token exists
+        # (any local ray.init() writes one), and a node or driver without the token is then
+        # refused. A token of this cluster's own, in the nodes' and this process's environment
+        # (drivers and tfbatch subprocesses inherit it), works whatever the machine holds.
+        # One token per process: a Ray driver reads it once and keeps it for later clusters.
+        self._auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": _process_token()}
+        self._saved_env = {name: os.environ.get(name) for name in self._auth}
+        os.environ.update(self._auth)
         try:
             self.port = _free_ports(1)[0]
             for index in range(self.node_count):
@@ -130,7 +149,7 @@ class LocalRayCluster:
                      "--ray-client-server-port", str(ports[6])]
         else:
             args += ["--address", self.address]
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self.env}
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **self._auth, **self.env}
         node = RayNode(index, temp_dir, head, args=args)
         self.nodes.append(node)
         proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=self.start_timeout)
@@ -147,6 +166,12 @@ class LocalRayCluster:
         if self.root:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = ""
+        for name, value in getattr(self, "_saved_env", {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env = {}
 
     def kill_node(self, index: int) -> None:
         """SIGKILL every process of node ``index`` (not the head: the cluster would be gone)."""
