@@ -18,7 +18,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,21 +28,9 @@ from pathlib import Path
 import psutil
 
 from tfbatch.errors import DependencyMissing, Unavailable
+from tfbatch.ports import free_ports
 
 OBJECT_STORE_BYTES = 200_000_000
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def ray_executable() -> str:
@@ -115,7 +102,7 @@ class LocalRayCluster:
         self._saved_env = {name: os.environ.get(name) for name in self._auth}
         os.environ.update(self._auth)
         try:
-            self.port = _free_ports(1)[0]
+            self.port = free_ports(1)[0]
             for index in range(self.node_count):
                 self._start_node(index)
         except BaseException:
@@ -127,7 +114,7 @@ class LocalRayCluster:
         head = index == 0
         temp_dir = os.path.join(self.root, f"n{index}")
         os.makedirs(temp_dir, exist_ok=True)
-        ports = _free_ports(8)
+        ports = free_ports(8)
         args = [
             ray_executable(), "start",
             "--node-ip-address", "127.0.0.1",

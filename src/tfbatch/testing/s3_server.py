@@ -9,7 +9,6 @@ worker processes reach it too.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,10 @@ import urllib.request
 from typing import Any
 
 from tfbatch.errors import Unavailable
+from tfbatch.ports import free_ports
 
 TEST_ACCESS_KEY = "testing"
 TEST_REGION = "us-east-1"
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 class S3Server:
@@ -82,7 +76,7 @@ class S3Server:
         # between); a retry with a fresh port covers that rare case.
         last_error = ""
         for _ in range(3):
-            self.port = self._requested_port or _free_port(self.host)
+            self.port = self._requested_port or free_ports(1, self.host)[0]
             env = dict(os.environ)
             env.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
             self._proc = subprocess.Popen(

@@ -9,28 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tfbatch.errors import ModelError, RequestTimeout
+from tfbatch.ports import free_ports
 from tfbatch.train.config import TrainConfig, TrainResult
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the OS just handed out; held open together so they are distinct."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(ports: list[int], index: int) -> str:
