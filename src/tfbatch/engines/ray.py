@@ -332,14 +332,7 @@ class _Job:
         self.backlog[task.instance].appendleft(task)
 
     def _count(self, i: int, result: ObjectResult) -> None:
-        s = self.summaries[i]
-        s.objects += 1
-        s.records += result.records
-        s.failed_records += result.failed_records
-        if result.ok:
-            s.succeeded += 1
-        else:
-            s.failed += 1
+        self.summaries[i].count(result)
 
     def _finish(self) -> list[InstanceSummary]:
         seconds = time.monotonic() - self.started

@@ -119,13 +119,7 @@ class InstanceRunner:
 
         def finished(result: ObjectResult) -> None:
             with lock:
-                summary.objects += 1
-                summary.records += result.records
-                summary.failed_records += result.failed_records
-                if result.ok:
-                    summary.succeeded += 1
-                else:
-                    summary.failed += 1
+                summary.count(result)
             emit(result)
 
         def one(ref: ObjectRef) -> None:

@@ -65,13 +65,8 @@ def run_transform(spec: TransformSpec | None = None, *, progress: str | Progress
 
     def emit(result: ObjectResult) -> None:
         with lock:
-            report.objects += 1
-            report.records += result.records
-            report.failed_records += result.failed_records
-            if result.ok:
-                report.succeeded += 1
-            else:
-                report.failed += 1
+            report.count(result)
+            if not result.ok:
                 for failure in result.failures:
                     if len(report.errors) < ERRORS_IN_REPORT:
                         report.errors.append({"object": failure.object, "record": failure.record,

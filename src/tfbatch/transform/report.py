@@ -65,8 +65,27 @@ class ObjectResult:
         return any(f.transient for f in self.failures)
 
 
+class _Counts:
+    """Counting finished objects, shared by an instance's summary and the job's report."""
+
+    objects: int
+    succeeded: int
+    failed: int
+    records: int
+    failed_records: int
+
+    def count(self, result: ObjectResult) -> None:
+        self.objects += 1
+        self.records += result.records
+        self.failed_records += result.failed_records
+        if result.ok:
+            self.succeeded += 1
+        else:
+            self.failed += 1
+
+
 @dataclass
-class InstanceSummary:
+class InstanceSummary(_Counts):
     """What one instance reports when its partition is done."""
 
     instance: int
@@ -82,7 +101,7 @@ class InstanceSummary:
 
 
 @dataclass
-class JobReport:
+class JobReport(_Counts):
     """The job's result; also written as ``<output>/_tfbatch/report.json``."""
 
     job: str = ""
