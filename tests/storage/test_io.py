@@ -259,3 +259,12 @@ def test_open_read_survives_a_network_outage_mid_stream(s3_server, s3_bucket, mo
     finally:
         proxy.down()
         su.clear_cache()
+
+
+def test_non_durable_local_write_is_still_atomic_and_complete(tmp_path):
+    from tfbatch.storage import atomic_write, read_bytes
+
+    target = tmp_path / "sub" / "marker"
+    atomic_write(str(target), [b"a", b"b"], durable=False)
+    assert read_bytes(str(target)) == b"ab"
+    assert [p.name for p in target.parent.iterdir()] == ["marker"]  # no temp file left

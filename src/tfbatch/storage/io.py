@@ -146,7 +146,7 @@ def _chunks(data: bytes | bytearray | memoryview | Iterable[bytes]) -> Iterator[
                 yield bytes(chunk)
 
 
-def _atomic_write_local(path: str, data: Any) -> None:
+def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{secrets.token_hex(6)}")
@@ -157,7 +157,8 @@ def _atomic_write_local(path: str, data: Any) -> None:
             for chunk in _chunks(data):
                 f.write(chunk)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -165,6 +166,8 @@ def _atomic_write_local(path: str, data: Any) -> None:
         except FileNotFoundError:
             pass
         raise
+    if not durable:
+        return
     # Make the rename itself durable.
     try:
         dir_fd = os.open(folder, os.O_RDONLY)
@@ -236,16 +239,19 @@ def atomic_write(
     data: bytes | bytearray | memoryview | Iterable[bytes],
     *,
     chunk_size: int = MULTIPART_CHUNK,
+    durable: bool = True,
 ) -> None:
     """Write ``data`` to ``uri`` so the object appears only once complete.
 
     ``data`` may be bytes or an iterable of byte chunks (consumed once). If the iterable
     raises, nothing is left at ``uri`` (a previous object there stays as it was).
+    ``durable=False`` skips the local fsyncs: still atomic for readers and across a killed
+    process, but a power loss may drop the file (for markers whose loss only redoes work).
     """
     uri = normalize(uri)
     proto = protocol_of(uri)
     if proto == LOCAL:
-        _atomic_write_local(uri, data)
+        _atomic_write_local(uri, data, durable)
     elif proto == "s3":
         if chunk_size < 5 * 1024 * 1024:
             raise ValueError(f"chunk_size: S3 parts must be >= 5 MiB, got {chunk_size}")
@@ -260,8 +266,8 @@ def atomic_write(
         retry(lambda: fs.pipe_file(path, body))
 
 
-def write_text(uri: str, text: str, encoding: str = "utf-8") -> None:
-    atomic_write(uri, text.encode(encoding))
+def write_text(uri: str, text: str, encoding: str = "utf-8", *, durable: bool = True) -> None:
+    atomic_write(uri, text.encode(encoding), durable=durable)
 
 
 def exists(uri: str) -> bool:

@@ -77,7 +77,9 @@ class Ledger:
             "output_bytes": result.output_bytes,
             "written": result.written,
         }
-        write_text(join(self.markers, result.key), json.dumps(marker))
+        # No fsync: the .out was made durable before this marker was written, so a marker
+        # lost to a power cut only means the object is redone; one found always has its .out.
+        write_text(join(self.markers, result.key), json.dumps(marker), durable=False)
 
     def write_error_report(self) -> str | None:
         """Gather every object's failures into ``errors.jsonl``; None when there were none."""
