@@ -15,10 +15,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
-    """A running S3Server; its env vars are set for this process while the session lasts."""
+    """A running S3Server; its env vars are set for this process while the session lasts.
+
+    fsspec filesystems are cached per endpoint/credentials, so the cache is cleared on both
+    sides of the session: no client made before or after talks to this server by mistake.
+    """
+    from tfbatch.storage.uri import clear_cache
+
     with S3Server() as server:
         saved = {name: os.environ.get(name) for name in server.env()}
         os.environ.update(server.env())
+        clear_cache()
         try:
             yield server
         finally:
@@ -27,6 +34,7 @@ def s3_server() -> Iterator[S3Server]:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+            clear_cache()
 
 
 @pytest.fixture

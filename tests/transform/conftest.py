@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import textwrap
 import uuid
 from pathlib import Path
@@ -46,30 +45,3 @@ def _with_script(tmp_path: Path, model_root: Path, script: str) -> Path:
 def with_script():
     """``with_script(tmp_path, model_root, script)``: model.tar.gz of version 1 plus code/inference.py."""
     return _with_script
-
-
-@pytest.fixture(scope="session")
-def s3_server():
-    from tfbatch.storage.uri import clear_cache
-    from tfbatch.testing.s3_server import S3Server
-
-    with S3Server() as server:
-        saved = {name: os.environ.get(name) for name in server.env()}
-        os.environ.update(server.env())
-        clear_cache()
-        try:
-            yield server
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            clear_cache()
-
-
-@pytest.fixture
-def s3_bucket(s3_server) -> str:
-    name = f"tx-{uuid.uuid4().hex[:12]}"
-    s3_server.client().create_bucket(Bucket=name)
-    return name
