@@ -13,20 +13,17 @@ from typing import Any
 
 from tfbatch.errors import ArtifactError, DependencyMissing
 from tfbatch.artifact.discover import Artifact, open_artifact
+from tfbatch.runtime.signature import TF_DTYPE_NAMES
 
 # TF's saved_model_cli hides this one too: it is the restore op, not a servable signature.
 _INIT_SIGNATURE = "__saved_model_init_op"
 _SERVE_TAG = "serve"
 
-# DataType enum name -> the numpy-style name users know (tf.as_dtype(...).name).
-_DTYPE_NAMES = {
-    "DT_FLOAT": "float32", "DT_DOUBLE": "float64", "DT_HALF": "float16", "DT_BFLOAT16": "bfloat16",
-    "DT_INT8": "int8", "DT_INT16": "int16", "DT_INT32": "int32", "DT_INT64": "int64",
-    "DT_UINT8": "uint8", "DT_UINT16": "uint16", "DT_UINT32": "uint32", "DT_UINT64": "uint64",
-    "DT_BOOL": "bool", "DT_STRING": "string", "DT_COMPLEX64": "complex64",
-    "DT_COMPLEX128": "complex128", "DT_RESOURCE": "resource", "DT_VARIANT": "variant",
-    "DT_QINT8": "qint8", "DT_QUINT8": "quint8", "DT_QINT16": "qint16", "DT_QUINT16": "quint16",
-    "DT_QINT32": "qint32",
+# DataType enum name -> the numpy-style name users know (tf.as_dtype(...).name): the inverse of
+# the runtime's table, plus the types no serving input has but a listing may show.
+_DTYPE_NAMES = {enum: name for name, enum in TF_DTYPE_NAMES.items()} | {
+    "DT_RESOURCE": "resource", "DT_VARIANT": "variant", "DT_QINT8": "qint8", "DT_QUINT8": "quint8",
+    "DT_QINT16": "qint16", "DT_QUINT16": "quint16", "DT_QINT32": "qint32",
 }
 
 

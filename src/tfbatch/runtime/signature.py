@@ -10,7 +10,7 @@ CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 
 # numpy-style dtype name -> TensorFlow DataType enum name (as TF Serving's metadata prints it)
-_TF_DTYPE_NAMES = {
+TF_DTYPE_NAMES = {
     "float16": "DT_HALF", "bfloat16": "DT_BFLOAT16", "float32": "DT_FLOAT", "float64": "DT_DOUBLE",
     "int8": "DT_INT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
     "uint8": "DT_UINT8", "uint16": "DT_UINT16", "uint32": "DT_UINT32", "uint64": "DT_UINT64",
@@ -48,7 +48,7 @@ class TensorInfo:
                 "unknown_rank": False,
             }
         return {
-            "dtype": _TF_DTYPE_NAMES.get(self.dtype, "DT_INVALID"),
+            "dtype": TF_DTYPE_NAMES.get(self.dtype, "DT_INVALID"),
             "tensor_shape": shape,
             "name": self.tensor_name,
         }
