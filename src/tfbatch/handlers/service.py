@@ -82,14 +82,14 @@ class InferenceService:
         self._channel_lock = threading.Lock()
 
     # -- routing ---------------------------------------------------------------------------
-    def _target(self, req: InvocationRequest) -> tuple[str, str | None, str, dict[str, str]]:
+    def _target(self, req: InvocationRequest) -> tuple[str, str | None, str]:
         attrs = parse_custom_attributes(req.custom_attributes)
         name = req.model_name or attrs.get("tfs-model-name") or self.model_server.resolve(None).name
         version = req.model_version or attrs.get("tfs-model-version") or None
         method = req.method or attrs.get("tfs-method") or "predict"
         if method not in METHODS:
             raise InvalidInput(f"tfs-method '{method}' is not supported; expected one of {', '.join(METHODS)}")
-        return name, version, method, attrs
+        return name, version, method
 
     def _context(self, req: InvocationRequest, name: str, version: str | None, method: str) -> Context:
         return Context(
@@ -127,7 +127,7 @@ class InferenceService:
     def invoke(self, req: InvocationRequest) -> InvocationResponse:
         """Never raises: every failure becomes a response carrying its status and message."""
         try:
-            name, version, method, _ = self._target(req)
+            name, version, method = self._target(req)
             if self.handlers is None:
                 return self._invoke_default(req, name, version, method)
             ctx = self._context(req, name, version, method)
