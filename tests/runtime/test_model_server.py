@@ -227,3 +227,23 @@ def test_closed_server_refuses_batched_requests(linear_v1):
     srv.close()
     with pytest.raises(errors.Unavailable):
         srv.predict({"instances": [[1.0, 2.0, 3.0]]})
+
+
+def test_unbatched_view_shares_models_and_skips_the_batcher(tmp_path):
+    import numpy as np
+
+    from tfbatch.runtime import ModelServer, RuntimeSettings
+    from tfbatch.testing.models import linear_expected, make_linear_model
+
+    make_linear_model(tmp_path / "1")
+    server = ModelServer({"m": {1: tmp_path / "1"}}, RuntimeSettings(enable_batching=True, max_batch_size=2))
+    try:
+        view = server.unbatched()
+        x = np.ones((5, 3), np.float32)
+        np.testing.assert_allclose(view.run({"x": x})["y"], linear_expected(x), rtol=1e-5)
+        assert view.resolve() is server.resolve()  # same loaded servable, not a reload
+        assert server.batcher_stats() == {} or all(s["batches"] == 0 for s in server.batcher_stats().values())
+        server.run({"x": x})
+        assert sum(s["batches"] for s in server.batcher_stats().values()) == 3  # 5 rows, max 2
+    finally:
+        server.close()

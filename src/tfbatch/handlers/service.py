@@ -81,6 +81,15 @@ class InferenceService:
         self._channel = None
         self._channel_lock = threading.Lock()
 
+    def with_model_server(
+        self, model_server: Any, *, rest_port: int | None = None, grpc_port: int | None = None
+    ) -> "InferenceService":
+        """The same handlers over another model server (and its own loopback endpoints)."""
+        return InferenceService(
+            model_server, self.handlers, rest_port=rest_port, grpc_port=grpc_port,
+            grpc_max_message_bytes=self._grpc_max,
+        )
+
     # -- routing ---------------------------------------------------------------------------
     def _target(self, req: InvocationRequest) -> tuple[str, str | None, str]:
         attrs = parse_custom_attributes(req.custom_attributes)

@@ -8,6 +8,7 @@ Serving, a request larger than ``max_batch_size`` is split across batches, not r
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Mapping
@@ -67,6 +68,16 @@ class ModelServer:
         if settings is not None and settings.default_model_name:
             default = settings.default_model_name
         return cls(models, settings=settings, default_model=default)
+
+    def unbatched(self) -> ModelServer:
+        """A view over the same loaded servables whose calls never go through a batcher.
+
+        For re-running one request alone after the batch it shared failed. The view shares
+        this server's models and batchers; close this server, not the view.
+        """
+        view = copy.copy(self)
+        view.settings = self.settings.model_copy(update={"enable_batching": False})
+        return view
 
     # ---- lookup ------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ failure is its own.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,12 +30,10 @@ ISOLATE_STATUS = frozenset({400})
 
 
 class _Isolation:
-    """The same service over a view of its model server that runs signatures directly.
+    """The same service over an unbatched view of its model server (``ModelServer.unbatched``).
 
-    The view is a shallow copy sharing the loaded servables; only ``settings`` differs, and
-    the model server consults ``settings.enable_batching`` on every call. Scripts that POST
-    to ``context.rest_uri`` need loopback endpoints over that view too; they are started
-    on the first failure only, since most jobs never need them.
+    Scripts that POST to ``context.rest_uri`` need loopback endpoints over that view too;
+    they are started on the first failure only, since most jobs never need them.
     """
 
     def __init__(self, service: InferenceService):
@@ -50,20 +47,14 @@ class _Isolation:
     def get(self) -> InferenceService:
         with self._lock:
             if self._isolated is None:
-                server = self.service.model_server
-                view = copy.copy(server)
-                view.settings = server.settings.model_copy(update={"enable_batching": False})
-                isolated = copy.copy(self.service)
-                isolated.model_server = view
-                isolated._channel = None
-                isolated._channel_lock = threading.Lock()
+                view = self.service.model_server.unbatched()
+                ports: dict[str, int | None] = {}
                 if self.service.rest_port is not None or self.service.grpc_port is not None:
                     from tfbatch.serve.loopback import LoopbackEndpoints
 
                     self._endpoints = LoopbackEndpoints(view).start()
-                    isolated.rest_port = self._endpoints.rest_port
-                    isolated.grpc_port = self._endpoints.grpc_port
-                self._isolated = isolated
+                    ports = {"rest_port": self._endpoints.rest_port, "grpc_port": self._endpoints.grpc_port}
+                self._isolated = self.service.with_model_server(view, **ports)
             return self._isolated
 
     def close(self) -> None:
