@@ -153,3 +153,17 @@ def test_context_values_seen_by_handler(write_script, tmp_path, linear_server):
         "channel": None, "custom_attributes": "tfs-model-version=2,tfs-method=regress",
         "request_content_type": "text/csv", "accept_header": "text/csv", "content_length": 3, "body": "abc",
     }
+
+
+def test_stack_close_removes_the_extracted_archive(tmp_path, image_dir):
+    from tfbatch.artifact import package
+    from tfbatch.handlers.stack import build_stack
+
+    archive = package([image_dir / "1"], tmp_path / "model.tar.gz")
+    stack = build_stack(str(archive))
+    root = stack.artifact.root
+    assert (root / "1" / "saved_model.pb").exists()
+    resp = stack.service.invoke(InvocationRequest(body=_png(3), content_type="image/png"))
+    assert resp.status == 200, resp.body
+    stack.close()
+    assert not root.exists()

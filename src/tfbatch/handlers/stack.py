@@ -29,6 +29,7 @@ class ServiceStack:
         if self.endpoints is not None:
             self.endpoints.stop()
         self.model_server.close()
+        self.artifact.cleanup()  # the extracted archive, when open_artifact made a temp folder
 
     def __enter__(self) -> "ServiceStack":
         return self
@@ -45,6 +46,7 @@ def build_stack(
     env: Mapping[str, str] | None = None,
     loopback: bool = True,
     workdir: str | None = None,
+    grpc_max_message_bytes: int = 512 * 1024 * 1024,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
@@ -52,31 +54,33 @@ def build_stack(
     (SageMaker passes a job's Environment to the container the same way).
     """
     from tfbatch.artifact import open_artifact
-    from tfbatch.runtime import ModelServer, RuntimeSettings, configure_threads
+    from tfbatch.runtime import ModelServer, RuntimeSettings
 
     if env:
         os.environ.update(env)
     settings = settings or RuntimeSettings.from_env()
-    configure_threads(settings)
     artifact = open_artifact(model_uri, workdir=workdir)
-    model_server = ModelServer.from_artifact(artifact, settings)
+    model_server = endpoints = None
     try:
+        model_server = ModelServer.from_artifact(artifact, settings)  # applies the thread settings
         handlers = None
         if artifact.inference_script is not None:
             handlers = load_handlers(artifact.inference_script, install=install_requirements)
             log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
-        endpoints = None
         if handlers is not None and loopback:
             from tfbatch.serve.loopback import LoopbackEndpoints
 
-            endpoints = LoopbackEndpoints(model_server).start()
+            endpoints = LoopbackEndpoints(model_server, grpc_max_message_bytes=grpc_max_message_bytes).start()
         service = InferenceService(
             model_server,
             handlers,
             rest_port=endpoints.rest_port if endpoints else None,
             grpc_port=endpoints.grpc_port if endpoints else None,
+            grpc_max_message_bytes=grpc_max_message_bytes,
         )
     except BaseException:
-        model_server.close()
+        if model_server is not None:
+            model_server.close()
+        artifact.cleanup()
         raise
     return ServiceStack(artifact=artifact, model_server=model_server, service=service, endpoints=endpoints)

@@ -57,41 +57,34 @@ def _write_ready(path: str | None, info: dict[str, Any]) -> None:
 
 
 def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | None = None) -> int:
-    from tfbatch.artifact import open_artifact
-    from tfbatch.handlers.service import InferenceService
-    from tfbatch.handlers.user_code import load_handlers
-    from tfbatch.runtime import ModelServer
+    from tfbatch.handlers.stack import build_stack
     from tfbatch.serve.app import build_app
     from tfbatch.serve.auth import BearerAuthInterceptor
     from tfbatch.serve.grpc_service import start_grpc_server
-    from tfbatch.serve.loopback import LoopbackEndpoints
 
-    artifact = open_artifact(model_uri)
-    model_server = ModelServer.from_artifact(artifact, settings.runtime_settings())
-    script = getattr(artifact, "inference_script", None)
-    handlers = load_handlers(script, install=settings.install_requirements) if script else None
+    # Handler scripts reach the models through the stack's own loopback endpoints (no token,
+    # never blocked behind the /invocations calls that made them), not the public ports.
+    stack = build_stack(
+        model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes,
+    )
+    model_server, service = stack.model_server, stack.service
 
     grpc_server, grpc_port = None, None
     if settings.grpc_port >= 0:
-        grpc_server, grpc_port = start_grpc_server(
-            model_server,
-            host=settings.host,
-            port=settings.grpc_port,
-            max_message_bytes=settings.grpc_max_message_bytes,
-            max_workers=settings.grpc_threads,
-            reuse_port=settings.reuse_port,
-            interceptors=[BearerAuthInterceptor(settings.auth_token)] if settings.auth_token else (),
-        )
-    loopback = None
-    if handlers is not None:
-        loopback = LoopbackEndpoints(model_server, grpc_max_message_bytes=settings.grpc_max_message_bytes).start()
-    service = InferenceService(
-        model_server,
-        handlers,
-        rest_port=loopback.rest_port if loopback else None,
-        grpc_port=loopback.grpc_port if loopback else grpc_port,
-        grpc_max_message_bytes=settings.grpc_max_message_bytes,
-    )
+        try:
+            grpc_server, grpc_port = start_grpc_server(
+                model_server,
+                host=settings.host,
+                port=settings.grpc_port,
+                max_message_bytes=settings.grpc_max_message_bytes,
+                max_workers=settings.grpc_threads,
+                reuse_port=settings.reuse_port,
+                interceptors=[BearerAuthInterceptor(settings.auth_token)] if settings.auth_token else (),
+            )
+        except BaseException:
+            stack.close()
+            raise
     sock = bind_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
     port = sock.getsockname()[1]
     info = {"host": settings.host, "port": port, "grpc_port": grpc_port, "pid": os.getpid(),
@@ -121,12 +114,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
             signal.signal(s, handler)
         if grpc_server is not None:
             grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
-        if loopback is not None:
-            loopback.stop()
-        model_server.close()
-        cleanup = getattr(artifact, "cleanup", None)
-        if callable(cleanup):
-            cleanup()
+        stack.close()
         sock.close()
     return 0
 
