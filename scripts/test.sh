@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite. Installs what it needs first (scripts/bootstrap.sh).
+# The test suite. Installs what it needs first (scripts/bootstrap.sh).
+#   bash scripts/test.sh               every tier (what CI runs)
+#   bash scripts/test.sh unit          the fast tier: no TensorFlow, no processes (< 1 minute)
+#   bash scripts/test.sh integration   real TensorFlow, servers on loopback, moto S3, Ray
+#   bash scripts/test.sh e2e           the CLI and the README's commands as a user runs them
+# Anything else is passed to pytest (e.g. a test path or -k EXPR).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/bootstrap.sh"
 cd "$root"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+case "${1:-}" in
+  unit|integration|e2e) tier="$1"; shift; set -- "tests/$tier" "$@" ;;
+esac
 exec "$root/.venv/bin/python" -m pytest "$@"

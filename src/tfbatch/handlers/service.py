@@ -185,7 +185,7 @@ class InferenceService:
         if defaults.is_image(req.content_type):
             if method != "predict":
                 raise InvalidInput(f"an image body can only be sent to predict, not {method}")
-            from tfbatch.runtime import encode_predict
+            from tfbatch.tfs.codec import encode_predict
 
             servable = self.model_server.resolve(name, version)
             sig = servable.signatures[servable.default_signature]

@@ -68,7 +68,7 @@ def build_stack(
             handlers = load_handlers(artifact.inference_script, install=install_requirements)
             log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
         if handlers is not None and loopback:
-            from tfbatch.serve.loopback import LoopbackEndpoints
+            from tfbatch.tfs.loopback import LoopbackEndpoints
 
             endpoints = LoopbackEndpoints(model_server, grpc_max_message_bytes=grpc_max_message_bytes).start()
         service = InferenceService(

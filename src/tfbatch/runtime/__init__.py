@@ -3,7 +3,6 @@
 TensorFlow is imported lazily (on first model load), so importing this package is cheap.
 """
 
-from tfbatch.runtime.codec import decode_predict, encode_predict
 from tfbatch.runtime.model_server import ModelServer
 from tfbatch.runtime.servable import Servable
 from tfbatch.runtime.settings import RuntimeSettings
@@ -17,6 +16,4 @@ __all__ = [
     "SignatureInfo",
     "Servable",
     "ModelServer",
-    "decode_predict",
-    "encode_predict",
 ]

@@ -4,7 +4,7 @@ Formatting millions of floats is what makes REST slow next to gRPC: ``json.dumps
 ``tolist()`` spends seconds on a 10 MB tensor. orjson serialises numpy arrays natively and
 writes float32 with its shortest round-trip decimal — the same digits TF Serving prints.
 Response builders may therefore leave numeric outputs as numpy arrays (``native=True`` in
-:mod:`tfbatch.runtime.codec`) and hand the structure to :func:`dumps`.
+:mod:`tfbatch.tfs.codec`) and hand the structure to :func:`dumps`.
 """
 
 from __future__ import annotations

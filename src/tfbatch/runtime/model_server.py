@@ -19,7 +19,7 @@ import numpy as np
 
 from tfbatch import errors
 from tfbatch.batching import DynamicBatcher
-from tfbatch.runtime import codec
+from tfbatch.tfs import codec
 from tfbatch.runtime.servable import Servable
 from tfbatch.runtime.settings import RuntimeSettings
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD, SignatureInfo

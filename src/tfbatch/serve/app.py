@@ -17,11 +17,11 @@ from starlette.routing import Route
 from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.serve.auth import BearerAuthMiddleware
-from tfbatch.serve.blocking import Limiters, run_blocking
+from tfbatch.tfs.blocking import Limiters, run_blocking
 from tfbatch.serve.limits import BodyLimitMiddleware, TimeoutMiddleware
 from tfbatch.serve.metrics import MetricsMiddleware, ServeMetrics
 from tfbatch.serve.settings import ServeSettings
-from tfbatch.serve.tfs_rest import error_response, tfs_routes
+from tfbatch.tfs.rest import error_response, tfs_routes
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 PRODUCTION_VARIANT = "AllTraffic"

@@ -3,7 +3,7 @@
 The body limit is checked against Content-Length before anything is read, and enforced on
 the bytes actually received for chunked uploads. A timed-out request is answered 504 at
 once; its model call may still finish in a worker thread (threads cannot be killed), which
-is why blocking work goes through :func:`tfbatch.serve.blocking.run_blocking`.
+is why blocking work goes through :func:`tfbatch.tfs.blocking.run_blocking`.
 """
 
 from __future__ import annotations

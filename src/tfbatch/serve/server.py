@@ -27,7 +27,7 @@ from typing import Any
 
 import uvicorn
 
-from tfbatch.serve.loopback import bind_socket
+from tfbatch.tfs.loopback import bind_socket
 from tfbatch.serve.settings import ServeSettings
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     from tfbatch.handlers.stack import build_stack
     from tfbatch.serve.app import build_app
     from tfbatch.serve.auth import BearerAuthInterceptor
-    from tfbatch.serve.grpc_service import start_grpc_server
+    from tfbatch.tfs.grpc_service import start_grpc_server
 
     # Handler scripts reach the models through the stack's own loopback endpoints (no token,
     # never blocked behind the /invocations calls that made them), not the public ports.

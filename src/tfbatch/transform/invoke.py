@@ -50,7 +50,7 @@ class _Isolation:
                 view = self.service.model_server.unbatched()
                 ports: dict[str, int | None] = {}
                 if self.service.rest_port is not None or self.service.grpc_port is not None:
-                    from tfbatch.serve.loopback import LoopbackEndpoints
+                    from tfbatch.tfs.loopback import LoopbackEndpoints
 
                     self._endpoints = LoopbackEndpoints(view).start()
                     ports = {"rest_port": self._endpoints.rest_port, "grpc_port": self._endpoints.grpc_port}

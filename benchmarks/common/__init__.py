@@ -1,0 +1,1 @@
+"""Benchmark harnesses and their committed results (outside the tfbatch package)."""

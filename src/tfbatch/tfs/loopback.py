@@ -1,0 +1,129 @@
+"""Live loopback TFS endpoints (REST + gRPC) for handler scripts running inside batch jobs.
+
+A SageMaker ``handler`` script POSTs to ``context.rest_uri`` or builds a stub on
+``context.grpc_port``; inside a batch job there is no TFS process, so these endpoints stand
+in for it, backed by the job's own ModelServer (and therefore its batcher).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from tfbatch.tfs.grpc_service import DEFAULT_MAX_MESSAGE_BYTES, start_grpc_server
+from tfbatch.tfs.rest import tfs_app
+
+log = logging.getLogger(__name__)
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0, *, reuse_port: bool = False) -> socket.socket:
+    """A bound (not yet listening) TCP socket; port 0 picks a free port we can then report."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted connections only when it does,
+    # and without it every response (headers, then body) waits ~40 ms on delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+class UvicornThread:
+    """Runs an ASGI app with uvicorn on a pre-bound socket in a daemon thread."""
+
+    def __init__(self, app: Any, sock: socket.socket, *, name: str = "tfbatch-rest", **config: Any):
+        config.setdefault("log_level", "warning")
+        config.setdefault("lifespan", "off")
+        self.server = uvicorn.Server(uvicorn.Config(app, **config))
+        self.sock = sock
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self.server.run(sockets=[self.sock])
+        except BaseException as exc:  # reported to start(); a daemon thread has no other voice
+            self.error = exc
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if self.error is not None or not self.thread.is_alive():
+                raise RuntimeError(f"uvicorn failed to start: {self.error!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"uvicorn did not start within {timeout}s")
+            time.sleep(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(timeout)
+        self.sock.close()
+
+
+class LoopbackEndpoints:
+    """TFS REST + gRPC endpoints on 127.0.0.1 ephemeral ports, backed by ``model_server``."""
+
+    def __init__(
+        self,
+        model_server: Any,
+        *,
+        host: str = "127.0.0.1",
+        grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        grpc_workers: int = 16,
+    ):
+        self.model_server = model_server
+        self.host = host
+        self.grpc_max_message_bytes = grpc_max_message_bytes
+        self.grpc_workers = grpc_workers
+        self.rest_port: int | None = None
+        self.grpc_port: int | None = None
+        self._rest: UvicornThread | None = None
+        self._grpc = None
+
+    def start(self) -> "LoopbackEndpoints":
+        sock = bind_socket(self.host, 0)
+        self.rest_port = sock.getsockname()[1]
+        self._rest = UvicornThread(tfs_app(self.model_server), sock, name="tfbatch-loopback-rest")
+        self._rest.start()
+        try:
+            self._grpc, self.grpc_port = start_grpc_server(
+                self.model_server,
+                host=self.host,
+                port=0,
+                max_message_bytes=self.grpc_max_message_bytes,
+                max_workers=self.grpc_workers,
+            )
+        except BaseException:
+            self._rest.stop()
+            raise
+        log.info("loopback TFS endpoints: REST %s:%s, gRPC %s:%s", self.host, self.rest_port, self.host, self.grpc_port)
+        return self
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{self.host}:{self.rest_port}"
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait(grace + 1)
+            self._grpc = None
+        if self._rest is not None:
+            self._rest.stop()
+            self._rest = None
+
+    def __enter__(self) -> "LoopbackEndpoints":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
