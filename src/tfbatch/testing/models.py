@@ -54,7 +54,14 @@ def make_linear_model(path: str | Path, *, in_dim: int = 3, out_dim: int = 2, se
 
         @tf.function(input_signature=[tf.TensorSpec([None, in_dim], tf.float32, name="x")])
         def serve(self, x):
-            return {"y": tf.matmul(x, self.w) + self.b}
+            # Elementwise multiply-adds in a fixed order instead of tf.matmul: TensorFlow's CPU
+            # matmul picks kernels by batch size, so a row's last float digit depends on which
+            # rows share its batch. Tests that compare outputs byte for byte across engines,
+            # resumes and batch strategies need a model whose rows do not depend on each other.
+            y = self.b + x[:, 0:1] * self.w[0]
+            for k in range(1, in_dim):
+                y = y + x[:, k:k + 1] * self.w[k]
+            return {"y": y}
 
     module = Linear()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
