@@ -20,20 +20,24 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "tfbatch"
 
 # package (or top-level module) -> level; higher levels build on lower ones.
 LAYERS: dict[str, int] = {
-    "errors": 0, "ports": 0, "settings": 0,
-    "storage": 1,
-    "batching": 2,
-    "runtime": 3,
-    "records": 4,
-    "artifact": 5,
-    "tfs": 6,
-    "handlers": 7,
-    "transform": 8,
-    "engines": 9,
-    "serve": 10,
-    "train": 11, "evaluate": 11,
-    "testing": 12,
-    "api": 13, "sdk": 13, "ray_data": 13, "pytest_plugin": 13, "demo": 13, "cli": 14, "__main__": 15, "__init__": 15,
+    "errors": 0,
+    "ports": 1, "settings": 1, "labels": 1,
+    "storage": 2,
+    "batching": 3,
+    "runtime": 4,
+    "records": 5,
+    "artifact": 6,
+    "tfs": 7,
+    "handlers": 8,
+    "transform": 9,
+    "engines": 10,
+    "serve": 11,
+    "evaluate": 12, "train": 12,
+    "testing": 13,
+    "api": 14,
+    "sdk": 15, "ray_data": 15, "pytest_plugin": 15, "demo": 15,
+    "cli": 16,
+    "__main__": 17, "__init__": 17,
 }
 
 

@@ -27,6 +27,24 @@ def _cmd_package(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_transform(args: argparse.Namespace) -> int:
+    from tfbatch.api import plan_transform, run_transform
+    from tfbatch.engines import get_engine
+    from tfbatch.transform.cli import spec_from_args
+
+    spec = spec_from_args(args)
+    if args.dry_run:
+        print(plan_transform(spec).describe(spec))
+        return 0
+    if spec.engine == "ray":
+        engine = get_engine("ray", address=args.ray_address, gpus_per_instance=args.gpus_per_instance or None)
+    else:
+        engine = get_engine(spec.engine)
+    report = run_transform(spec, engine=engine, progress=args.progress)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.distributed:
         return _demo_distributed(args)
@@ -37,8 +55,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _demo_distributed(args: argparse.Namespace) -> int:
-    """Seed 002's path on real data: TFRecords -> N-worker training -> package -> transform -> evaluate."""
-    from tfbatch.train.end_to_end import run_digits_end_to_end
+    """The training path on real data: TFRecords -> N-worker training -> package -> transform -> evaluate."""
+    from tfbatch.demo import run_digits_end_to_end
 
     result = run_digits_end_to_end(args.workdir, workers=args.distributed)
     print(
@@ -51,6 +69,8 @@ def _demo_distributed(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tfbatch.transform.cli import add_transform_arguments
+
     parser = argparse.ArgumentParser(prog="tfbatch", description=__doc__)
     parser.add_argument("-v", "--verbose", action="count", default=0)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -74,23 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train data-parallel with N worker processes from TFRecords, then evaluate")
     p.set_defaults(func=_cmd_demo)
 
-    _add_optional_commands(sub)
+    p = sub.add_parser("transform", help="run a batch transform job")
+    add_transform_arguments(p)
+    p.set_defaults(func=_cmd_transform)
+
+    _add_subsystem_commands(sub)
     return parser
 
 
-def _add_optional_commands(sub) -> None:
-    """Subsystems register their own subcommands (transform, serve, train, data, evaluate)."""
-    import importlib
+def _add_subsystem_commands(sub) -> None:
+    """Subsystems register their own subcommands (serve, train, data, evaluate)."""
+    from tfbatch.evaluate import cli as evaluate_cli
+    from tfbatch.serve import cli as serve_cli
+    from tfbatch.train import cli as train_cli
 
-    for module_name in (
-        "tfbatch.transform.cli", "tfbatch.serve.cli", "tfbatch.train.cli", "tfbatch.evaluate.cli",
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
+    for module in (serve_cli, train_cli, evaluate_cli):
         module.add_parser(sub)
 
 

@@ -115,8 +115,9 @@ class RecordError(InvalidInput):
     """A record in an input object cannot be framed or decoded (bad CRC, truncated, ...)."""
 
 
-class JobSpecError(InvalidInput):
-    """A transform job specification (flags or CreateTransformJob JSON) is invalid."""
+class ConfigError(InvalidInput):
+    """Configuration is invalid: a job specification (flags, CreateTransformJob JSON, keyword
+    arguments), a settings value, an environment variable, or an unknown engine."""
 
 
 def from_exception(exc: BaseException) -> TfbatchError:

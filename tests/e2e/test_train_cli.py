@@ -7,7 +7,7 @@ import pytest
 from tfbatch.evaluate.cli import main_evaluate
 from tfbatch.train.cli import main_data, main_train
 from tfbatch.train.dataset_info import read_info
-from tfbatch.train.end_to_end import run_digits_end_to_end
+from tfbatch.demo import run_digits_end_to_end
 
 
 def test_data_and_train_commands(tmp_path, capsys):

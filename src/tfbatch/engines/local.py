@@ -18,18 +18,20 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
 
+from tfbatch.transform.engine import Emit
 from tfbatch.transform.report import InstanceSummary, ObjectResult
 from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[ObjectResult], None]
-
-
+@dataclass(frozen=True)
 class LocalEngine:
-    name = "local"
+    """Implements ``tfbatch.transform.Engine``; the spec's ``instance_count`` is all it needs."""
+
+    name: ClassVar[str] = "local"
 
     def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
         if spec.instance_count == 1:

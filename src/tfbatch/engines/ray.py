@@ -23,25 +23,24 @@ on the model; docs/ray.md describes moving handler code out as well.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from tfbatch.errors import DependencyMissing
-from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
+from tfbatch.settings import Environment
+from tfbatch.storage import ObjectRef
+from tfbatch.transform.engine import Emit
 from tfbatch.transform.ledger import Ledger
-from tfbatch.transform.plan import instance_of
-from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult, RecordFailure
+from tfbatch.transform.plan import instance_of, iter_inputs
+from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
-
-Emit = Callable[[ObjectResult], None]
 
 # Environment the driver forwards to actors and reader tasks: S3 endpoint and credentials,
 # container settings, TF log level. Ray workers otherwise see only their raylet's environment.
@@ -71,42 +70,17 @@ class RayOptions:
     spread: bool = True  # one instance per node where possible, as SageMaker instances are
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides) -> "RayOptions":
-        env = dict(os.environ if env is None else env)
-        fields: dict = {}
-        if env.get("TFBATCH_RAY_ADDRESS"):
-            fields["address"] = env["TFBATCH_RAY_ADDRESS"]
-        for name, kind in (("gpus_per_instance", float), ("cpus_per_instance", float), ("reader_cpus", float)):
-            value = env.get(f"TFBATCH_RAY_{name.upper()}")
-            if value:
-                fields[name] = kind(value)
-        if env.get("TFBATCH_RAY_REMOTE_READ"):
-            fields["remote_read"] = env["TFBATCH_RAY_REMOTE_READ"].lower() in ("1", "true", "yes")
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "RayOptions":
+        """Options from the ``TFBATCH_RAY_*`` variables; keyword overrides that are not None win."""
+        environment = Environment.read(env)
+        fields: dict = {
+            name.removeprefix("ray_"): value
+            for name, value in environment.given(
+                "ray_address", "ray_gpus_per_instance", "ray_cpus_per_instance", "ray_reader_cpus", "ray_remote_read"
+            ).items()
+        }
         fields.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**fields)
-
-
-_CURRENT: contextvars.ContextVar[RayOptions | None] = contextvars.ContextVar("tfbatch_ray_options", default=None)
-
-
-@contextmanager
-def ray_options(options: RayOptions) -> Iterator[RayOptions]:
-    """Make ``options`` what ``RayEngine()`` (built by ``get_engine('ray')``) uses here."""
-    token = _CURRENT.set(options)
-    try:
-        yield options
-    finally:
-        _CURRENT.reset(token)
-
-
-def run_ray_transform(spec: TransformSpec, *, address: str | None = None, gpus_per_instance: float = 0,
-                      progress=None, **options) -> JobReport:
-    """``run_transform`` on Ray: same spec, same report, same output bytes."""
-    from tfbatch.transform.job import run_transform
-
-    opts = RayOptions.from_env(address=address, gpus_per_instance=gpus_per_instance or None, **options)
-    with ray_options(opts):
-        return run_transform(spec.model_copy(update={"engine": "ray"}), progress=progress)
 
 
 def forwarded_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -127,10 +101,13 @@ class RunTimeline:
 
 
 class RayEngine:
-    name = "ray"
+    """Implements ``tfbatch.transform.Engine`` with the options it is built with
+    (``RayOptions.from_env()`` when none are given)."""
+
+    name: ClassVar[str] = "ray"
 
     def __init__(self, options: RayOptions | None = None):
-        self.options = options or _CURRENT.get() or RayOptions.from_env()
+        self.options = options if options is not None else RayOptions.from_env()
         self.timeline = RunTimeline()
 
     def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
@@ -141,7 +118,7 @@ class RayEngine:
             # A Ray started here for this job stays on loopback (Ray still opens some ports on all
             # interfaces; docs/ray.md says how to fence a real cluster).
             extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
-            ray.init(address=address, namespace="tfbatch", log_to_driver=bool(os.environ.get("TFBATCH_RAY_LOGS")),
+            ray.init(address=address, namespace="tfbatch", log_to_driver=bool(Environment.read().ray_logs),
                      logging_level=logging.WARNING, **extra)
         try:
             job = _Job(spec, emit, self.options, self.timeline)
@@ -199,17 +176,9 @@ class _Job:
         return actors
 
     def _inputs(self) -> Iterator[ObjectRef]:
-        # plan.iter_inputs with a page size of our own; the same output-folder exclusion.
-        spec = self.spec
-        if spec.manifest:
-            refs = list_manifest(spec.manifest)
-        else:
-            refs = list_prefix(spec.input, page_size=self.options.list_page_size)
-        out_prefix = normalize(spec.output).rstrip("/") + "/"
-        for ref in refs:
-            if not ref.uri.startswith(out_prefix):
-                self.timeline.listed += 1
-                yield ref
+        for ref in iter_inputs(self.spec, page_size=self.options.list_page_size):
+            self.timeline.listed += 1
+            yield ref
         self.timeline.listing_done_s = time.monotonic() - self.started
 
     # ---- the loop -------------------------------------------------------------------------

@@ -22,8 +22,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from tfbatch.errors import InvalidInput, NotFound
-from tfbatch.train.data import CIFAR10_CLASS_NAMES
-from tfbatch.train.digits import DIGIT_CLASS_NAMES, label_from_filename
+from tfbatch.labels import KNOWN_CLASS_NAMES, label_from_filename
 
 
 class ClassScore(BaseModel):
@@ -75,7 +74,7 @@ def _infer_class_names(tokens: list[str]) -> list[str] | None:
         return None
     # The known list naming most files wins; files it cannot name are skipped later.
     words = [t.lower() for t in tokens]
-    best = max((DIGIT_CLASS_NAMES, CIFAR10_CLASS_NAMES), key=lambda names: sum(w in names for w in words))
+    best = max(KNOWN_CLASS_NAMES, key=lambda names: sum(w in names for w in words))
     if any(w in best for w in words):
         return list(best)
     raise InvalidInput(

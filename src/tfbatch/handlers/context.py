@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Any
 
+from tfbatch.runtime.signature import METHODS
+
 Context = namedtuple(
     "Context",
     [
@@ -24,7 +26,6 @@ Context = namedtuple(
     ],
 )
 
-METHODS = ("predict", "classify", "regress")
 
 
 def parse_custom_attributes(header: str | None) -> dict[str, str]:

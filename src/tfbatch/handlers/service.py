@@ -21,6 +21,8 @@ from tfbatch.handlers import defaults
 from tfbatch.handlers.context import METHODS, Context, parse_custom_attributes, rest_uri
 from tfbatch.handlers.user_code import UserHandlers
 from tfbatch.runtime import jsonenc
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
+from tfbatch.tfs.api import TfsApi
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class InferenceService:
         *,
         rest_port: int | None = None,
         grpc_port: int | None = None,
-        grpc_max_message_bytes: int = 512 * 1024 * 1024,
+        grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
     ):
         self.model_server = model_server
         self.handlers = handlers
@@ -197,10 +199,7 @@ class InferenceService:
         return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:
-        if method == "predict":
-            return self.model_server.predict(body, name, version, native=True)
-        fn = self.model_server.classify if method == "classify" else self.model_server.regress
-        return fn(body, name, version)
+        return TfsApi(self.model_server).call(method, body, name, version)
 
     def local_post(self, data: Any, ctx: Context) -> requests.Response:
         """What ``requests.post(ctx.rest_uri, data=data)`` would return, without the HTTP hop."""

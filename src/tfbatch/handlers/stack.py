@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from tfbatch.handlers.service import InferenceService
 from tfbatch.handlers.user_code import load_handlers
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def build_stack(
     env: Mapping[str, str] | None = None,
     loopback: bool = True,
     workdir: str | None = None,
-    grpc_max_message_bytes: int = 512 * 1024 * 1024,
+    grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import BinaryIO
 
-from tfbatch.errors import JobSpecError, TfbatchError
+from tfbatch.errors import ConfigError, TfbatchError
 from tfbatch.records.framing import Record
 
 ASSEMBLE_WITH = ("None", "Line")
@@ -23,7 +23,7 @@ def normalize_assemble_with(assemble_with: str | None) -> str:
         return "None"
     if assemble_with.lower() == "line":
         return "Line"
-    raise JobSpecError(f"AssembleWith {assemble_with!r} is not supported: expected None or Line")
+    raise ConfigError(f"AssembleWith {assemble_with!r} is not supported: expected None or Line")
 
 
 class Assembler:

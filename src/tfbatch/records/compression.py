@@ -6,7 +6,7 @@ import gzip
 import zlib
 from typing import BinaryIO
 
-from tfbatch.errors import JobSpecError, RecordError
+from tfbatch.errors import ConfigError, RecordError
 
 COMPRESSION_TYPES = (None, "Gzip")
 
@@ -16,7 +16,7 @@ def normalize_compression(compression: str | None) -> str | None:
         return None
     if compression.lower() == "gzip":
         return "Gzip"
-    raise JobSpecError(
+    raise ConfigError(
         f"CompressionType {compression!r} is not supported: expected None or Gzip"
     )
 

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO, Iterable, Iterator
 
-from tfbatch.errors import InvalidInput, JobSpecError, RecordError, TfbatchError
+from tfbatch.errors import InvalidInput, ConfigError, RecordError, TfbatchError
 from tfbatch.records.crc32c import masked_crc32c
 
 SPLIT_TYPES = (None, "Line", "RecordIO", "TFRecord")
@@ -59,7 +59,7 @@ def normalize_split_type(split_type: str | None) -> str | None:
     for known in SPLIT_TYPES[1:]:
         if split_type.lower() == known.lower():
             return known
-    raise JobSpecError(
+    raise ConfigError(
         f"SplitType {split_type!r} is not supported: expected one of None, Line, RecordIO, TFRecord"
     )
 
@@ -299,7 +299,7 @@ def iter_records(
     source: str = "",
     chunk_size: int = DEFAULT_CHUNK,
 ) -> Iterator[Record]:
-    """Records of one object, in order. Raises JobSpecError at once for an unknown split type."""
+    """Records of one object, in order. Raises ConfigError at once for an unknown split type."""
     kind = normalize_split_type(split_type)
     return _guarded(_SPLITTERS[kind], stream, source, chunk_size)
 

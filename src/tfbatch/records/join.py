@@ -25,7 +25,7 @@ import io
 import json
 from typing import Any
 
-from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.errors import InvalidInput, ConfigError
 from tfbatch.records.jsonpath import JsonPath, compile_path
 
 CSV, JSON, JSONL = "csv", "json", "jsonlines"
@@ -53,7 +53,7 @@ def normalize_join_source(join_source: str | None) -> bool:
         return False
     if join_source.lower() == "input":
         return True
-    raise JobSpecError(f"JoinSource {join_source!r} is not supported: expected None or Input")
+    raise ConfigError(f"JoinSource {join_source!r} is not supported: expected None or Input")
 
 
 class DataProcessor:
@@ -75,13 +75,13 @@ class DataProcessor:
         if not self.active:
             return
         if self.in_kind is None:
-            raise JobSpecError(
+            raise ConfigError(
                 "DataProcessing (InputFilter, OutputFilter, JoinSource) needs ContentType "
                 f"text/csv, application/json or application/jsonlines; got {content_type!r}"
             )
         touches_output = self.join or not self.output_path.is_identity
         if touches_output and self.out_kind is None:
-            raise JobSpecError(
+            raise ConfigError(
                 "DataProcessing OutputFilter/JoinSource needs Accept text/csv, application/json "
                 f"or application/jsonlines; got {accept!r}"
             )
@@ -92,8 +92,8 @@ class DataProcessor:
             raise self._csv_paths("OutputFilter", self.output_path)
 
     @staticmethod
-    def _csv_paths(name: str, path: JsonPath) -> JobSpecError:
-        return JobSpecError(
+    def _csv_paths(name: str, path: JsonPath) -> ConfigError:
+        return ConfigError(
             f"{name} {path.expr!r} names keys, but CSV rows are arrays: use index forms such as "
             "$[0], $[1:], $[0,-1]"
         )

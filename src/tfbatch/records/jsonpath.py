@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.errors import InvalidInput, ConfigError
 
 SUPPORTED_FORMS = "$, $.a, $.a.b, $.*, $.a.*, $['a','b'], $[1,3], $[-1], $[2:5], $[2:], $[:3]"
 _NAME = re.compile(r"[^.\[\]'\"\s*,]+")
@@ -149,7 +149,7 @@ class JsonPath:
 
 
 def compile_path(expr: str | None) -> JsonPath:
-    """Parse ``expr``; None or "" means ``$``. Raises JobSpecError for anything unsupported."""
+    """Parse ``expr``; None or "" means ``$``. Raises ConfigError for anything unsupported."""
     if expr is None or expr.strip() in ("", "$"):
         return JsonPath("$", ())
     return JsonPath(expr, tuple(_Parser(expr.strip()).parse()))
@@ -160,8 +160,8 @@ class _Parser:
         self.s = expr
         self.i = 0
 
-    def fail(self, reason: str) -> JobSpecError:
-        return JobSpecError(
+    def fail(self, reason: str) -> ConfigError:
+        return ConfigError(
             f"invalid JSONPath {self.s!r}: {reason} at position {self.i}; "
             f"supported forms: {SUPPORTED_FORMS}"
         )

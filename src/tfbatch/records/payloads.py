@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from tfbatch.errors import JobSpecError, PayloadTooLarge, TfbatchError
+from tfbatch.errors import ConfigError, PayloadTooLarge, TfbatchError
 from tfbatch.records.framing import Record, where
 from tfbatch.runtime import jsonenc
 
@@ -36,7 +36,7 @@ def normalize_strategy(strategy: str | None) -> str:
     for known in BATCH_STRATEGIES:
         if key == known.lower():
             return known
-    raise JobSpecError(
+    raise ConfigError(
         f"BatchStrategy {strategy!r} is not supported: expected SingleRecord or MultiRecord"
     )
 
@@ -59,7 +59,7 @@ def form_payloads(
     kind = normalize_strategy(strategy)
     limit = max_payload_bytes or 0
     if limit < 0:
-        raise JobSpecError(f"MaxPayloadInMB must be >= 0, got {max_payload_bytes} bytes")
+        raise ConfigError(f"MaxPayloadInMB must be >= 0, got {max_payload_bytes} bytes")
     if kind == "SingleRecord":
         return _single(records, limit, source)
     return _multi(records, limit, source)

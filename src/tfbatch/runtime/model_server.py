@@ -1,7 +1,7 @@
-"""Every version of every model, served in-process with TF Serving's API semantics.
+"""Every version of every model, run in-process on arrays with TF Serving's lookup semantics.
 
 The HTTP/gRPC server and the batch transform engine both call this object; it never
-speaks a network protocol itself. With batching enabled, requests to the same
+speaks a network protocol or a JSON body itself (``tfbatch.tfs.api`` does). With batching enabled, requests to the same
 (model, version, signature) are coalesced by one :class:`DynamicBatcher` each; unlike TF
 Serving, a request larger than ``max_batch_size`` is split across batches, not refused.
 """
@@ -19,10 +19,9 @@ import numpy as np
 
 from tfbatch import errors
 from tfbatch.batching import DynamicBatcher
-from tfbatch.tfs import codec
 from tfbatch.runtime.servable import Servable
 from tfbatch.runtime.settings import RuntimeSettings
-from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD, SignatureInfo
+from tfbatch.runtime.signature import SignatureInfo
 from tfbatch.runtime.threads import configure_threads
 
 log = logging.getLogger(__name__)
@@ -127,9 +126,12 @@ class ModelServer:
     ) -> dict[str, np.ndarray]:
         """Run tensors through a signature (the gRPC and batch-engine path)."""
         servable = self.resolve(name, version)
-        return self._run(servable, servable.signature(signature_name), inputs)
+        return self.run_signature(servable, servable.signature(signature_name), inputs)
 
-    def _run(self, servable: Servable, sig: SignatureInfo, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    def run_signature(
+        self, servable: Servable, sig: SignatureInfo, inputs: Mapping[str, Any]
+    ) -> dict[str, np.ndarray]:
+        """``run`` for a servable and signature already resolved (the TFS JSON API resolves first)."""
         arrays = servable.prepare_inputs(sig.name, inputs)
         if self.settings.enable_batching and _batchable(sig, arrays):
             # A full queue pushes back on the caller instead of refusing: in a batch job a
@@ -166,63 +168,6 @@ class ModelServer:
         """Stats of every batcher created so far, keyed "model/version/signature"."""
         return {b.name: b.stats for b in list(self._batchers.values())}
 
-    # ---- TF Serving REST bodies --------------------------------------------------------
-
-    def predict(
-        self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None, *, native: bool = False
-    ) -> dict:
-        """TF Serving ``:predict``: row or columnar request -> predictions or outputs.
-
-        ``native`` keeps numeric outputs as numpy arrays for ``jsonenc.dumps`` (the HTTP paths).
-        """
-        servable = self.resolve(name, version)
-        sig = servable.signature(_signature_name(body))
-        tensors, fmt = codec.decode_predict(body, sig)
-        return codec.encode_predict(self._run(servable, sig, tensors), fmt, sig, native=native)
-
-    def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
-        servable = self.resolve(name, version)
-        sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))
-        examples = codec.decode_examples(body)
-        return codec.encode_classify(self._run(servable, sig, {_examples_input(sig): examples}))
-
-    def regress(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
-        servable = self.resolve(name, version)
-        sig = _examples_signature(servable, _signature_name(body), REGRESS_METHOD, ("outputs",))
-        examples = codec.decode_examples(body)
-        return codec.encode_regress(self._run(servable, sig, {_examples_input(sig): examples}))
-
-    def status(self, name: str | None = None, version: int | str | None = None) -> dict:
-        """TF Serving ``GET /v1/models/<name>[/versions/<v>]``."""
-        name = name or self.default_model
-        if version is None or version == "":
-            servables = sorted(self._versions_of(name).values(), key=lambda s: -s.version)
-        else:
-            servables = [self.resolve(name, version)]
-        return {
-            "model_version_status": [
-                {
-                    "version": str(s.version),
-                    "state": "AVAILABLE",
-                    "status": {"error_code": "OK", "error_message": ""},
-                }
-                for s in servables
-            ]
-        }
-
-    def metadata(self, name: str | None = None, version: int | str | None = None) -> dict:
-        """TF Serving ``GET /v1/models/<name>[/versions/<v>]/metadata``."""
-        servable = self.resolve(name, version)
-        return {
-            "model_spec": {"name": servable.name, "signature_name": "", "version": str(servable.version)},
-            "metadata": {
-                "signature_def": {
-                    "signature_def": {k: v.to_tfs() for k, v in sorted(servable.signatures.items())},
-                    "@type": "type.googleapis.com/tensorflow.serving.SignatureDefMap",
-                }
-            },
-        }
-
     def close(self) -> None:
         """Drain and stop every batcher; later batched requests get Unavailable."""
         with self._lock:
@@ -238,15 +183,6 @@ class ModelServer:
         self.close()
 
 
-def _signature_name(body: Any) -> str | None:
-    if not isinstance(body, Mapping):
-        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
-    name = body.get("signature_name")
-    if name is not None and not isinstance(name, str):
-        raise errors.InvalidInput(f"'signature_name' must be a string, got {name!r}")
-    return name or None
-
-
 def _batchable(sig: SignatureInfo, arrays: Mapping[str, np.ndarray]) -> bool:
     """Rows can be coalesced only if every input and output has a free leading batch dim."""
     for info in (*sig.inputs.values(), *sig.outputs.values()):
@@ -254,52 +190,3 @@ def _batchable(sig: SignatureInfo, arrays: Mapping[str, np.ndarray]) -> bool:
             return False
     sizes = {a.shape[0] for a in arrays.values() if a.ndim}
     return len(sizes) == 1 and all(a.ndim for a in arrays.values()) and sizes != {0}
-
-
-def _examples_input(sig: SignatureInfo) -> str:
-    return next(iter(sig.inputs))
-
-
-def _examples_signature(
-    servable: Servable, requested: str | None, method: str, outputs: tuple[str, ...]
-) -> SignatureInfo:
-    """The signature for classify/regress.
-
-    TF Serving requires the signature's method_name to be the API's. TF2 exports always
-    say "predict", so a signature taking one string tensor of serialized Examples and
-    returning the API's output keys is accepted too. Without signature_name, the default
-    signature is used if it fits, else the only signature of that method.
-    """
-    verb = method.rsplit("/", 1)[-1]
-
-    def fits(sig: SignatureInfo) -> bool:
-        if sig.method_name == method:
-            return True
-        return (
-            len(sig.inputs) == 1
-            and next(iter(sig.inputs.values())).is_string
-            and any(k in sig.outputs for k in outputs)
-        )
-
-    if requested:
-        sig = servable.signature(requested)
-        if not fits(sig):
-            raise errors.InvalidInput(
-                f"signature {sig.name!r} of model {servable.name!r} cannot {verb}: its method is "
-                f"{sig.method_name!r}, expected {method!r}"
-            )
-        return sig
-    default = servable.signature(None)
-    if default.method_name == method:
-        return default
-    candidates = [s for s in servable.signatures.values() if s.method_name == method]
-    if len(candidates) == 1:
-        return candidates[0]
-    if fits(default):
-        return default
-    raise errors.InvalidInput(
-        f"model {servable.name!r} version {servable.version} has "
-        f"{'no' if not candidates else 'several'} {verb} signatures"
-        f"{'' if not candidates else ' (' + ', '.join(sorted(s.name for s in candidates)) + ')'}; "
-        f"name one with 'signature_name'"
-    )

@@ -8,6 +8,8 @@ from typing import Any
 PREDICT_METHOD = "tensorflow/serving/predict"
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
+# The verbs of TF Serving's REST API and of the ``tfs-method`` custom attribute.
+METHODS = tuple(m.rsplit("/", 1)[-1] for m in (PREDICT_METHOD, CLASSIFY_METHOD, REGRESS_METHOD))
 
 # numpy-style dtype name -> TensorFlow DataType enum name (as TF Serving's metadata prints it)
 TF_DTYPE_NAMES = {

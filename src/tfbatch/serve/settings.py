@@ -7,15 +7,13 @@ by :meth:`tfbatch.runtime.RuntimeSettings.from_env`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import pydantic
 
-from tfbatch.errors import JobSpecError
-
-MIB = 1024 * 1024
+from tfbatch.errors import ConfigError
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB, Environment, describe_errors
 
 
 class ServeSettings(pydantic.BaseModel):
@@ -30,7 +28,7 @@ class ServeSettings(pydantic.BaseModel):
     max_body_mb: float = pydantic.Field(100.0, gt=0)
     request_timeout_s: float = pydantic.Field(60.0, gt=0)
     graceful_timeout_s: float = pydantic.Field(30.0, ge=0)
-    grpc_max_message_mb: int = pydantic.Field(512, ge=1)
+    grpc_max_message_mb: int = pydantic.Field(GRPC_MAX_MESSAGE_MB, ge=1)
     grpc_threads: int = pydantic.Field(16, ge=1)
     # Threads per kind of HTTP work (TFS routes, /invocations); bounds concurrent model calls.
     http_threads: int = pydantic.Field(64, ge=1)
@@ -53,31 +51,16 @@ class ServeSettings(pydantic.BaseModel):
         from tfbatch.runtime import RuntimeSettings
 
         overrides = dict(self.runtime)
-        if "TFBATCH_BATCH_IDLE_DISPATCH" not in (os.environ if env is None else env):
+        if Environment.read(env).batch_idle_dispatch is None:
             overrides.setdefault("batch_idle_dispatch", True)  # an endpoint is about latency
         return RuntimeSettings.from_env(env, **overrides)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "ServeSettings":
         """Settings from the environment; keyword overrides (flags) that are not None win."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        if env.get("SAGEMAKER_BIND_TO_PORT", "").strip():
-            values["port"] = _int_env(env, "SAGEMAKER_BIND_TO_PORT")
-        if env.get("TFBATCH_AUTH_TOKEN"):
-            values["auth_token"] = env["TFBATCH_AUTH_TOKEN"]
+        values: dict[str, Any] = Environment.read(env).given("port", "auth_token")
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**values)
         except pydantic.ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}, got {e.get('input')!r}" for e in exc.errors()
-            )
-            raise JobSpecError(f"invalid serve settings: {problems}") from None
-
-
-def _int_env(env: Mapping[str, str], name: str) -> int:
-    try:
-        return int(env[name].strip())
-    except ValueError:
-        raise JobSpecError(f"environment variable {name}={env[name]!r}: expected an integer") from None
+            raise ConfigError(f"invalid serve settings: {describe_errors(exc, 'setting')}") from None

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tfbatch.errors import JobSpecError
+from tfbatch.errors import ConfigError
 from tfbatch.storage.io import ObjectNotFound, read_bytes
 from tfbatch.storage.backoff import retry
 from tfbatch.storage.uri import LOCAL, dirname_prefix, get_fs, join, normalize, protocol_of, split_s3
@@ -170,25 +170,25 @@ def read_manifest(uri: str) -> tuple[str, list[str]]:
     """Parse a ManifestFile: ``[{"prefix": "s3://b/p/"}, "key1", "sub/key2", ...]``.
 
     Returns ``(prefix, keys)``. Keys are joined to the prefix with '/' when the prefix does
-    not end with one. Raises JobSpecError naming what was expected.
+    not end with one. Raises ConfigError naming what was expected.
     """
     where = f"manifest '{uri}'"
     shape = '[{"prefix": "s3://bucket/p/"}, "key", ...]'
     try:
         raw = read_bytes(uri)
     except ObjectNotFound as exc:
-        raise JobSpecError(f"{where}: file does not exist") from exc
+        raise ConfigError(f"{where}: file does not exist") from exc
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise JobSpecError(f"{where}: expected a JSON array like {shape}, got invalid JSON: {exc}") from exc
+        raise ConfigError(f"{where}: expected a JSON array like {shape}, got invalid JSON: {exc}") from exc
     if not isinstance(doc, list):
-        raise JobSpecError(f"{where}: expected a JSON array like {shape}, got {type(doc).__name__}")
+        raise ConfigError(f"{where}: expected a JSON array like {shape}, got {type(doc).__name__}")
     if not doc:
-        raise JobSpecError(f'{where}: expected a first element {{"prefix": "..."}}, got an empty array')
+        raise ConfigError(f'{where}: expected a first element {{"prefix": "..."}}, got an empty array')
     head = doc[0]
     if not isinstance(head, dict) or not isinstance(head.get("prefix"), str) or not head["prefix"]:
-        raise JobSpecError(
+        raise ConfigError(
             f'{where}: expected the first element to be {{"prefix": "s3://bucket/p/"}}, got {json.dumps(head)[:200]}'
         )
     prefix = head["prefix"]
@@ -197,14 +197,14 @@ def read_manifest(uri: str) -> tuple[str, list[str]]:
     for index, key in enumerate(doc[1:], start=1):
         if not isinstance(key, str) or not key:
             got = json.dumps(key)[:200]
-            raise JobSpecError(f"{where}: element {index}: expected a non-empty key string, got {got}")
+            raise ConfigError(f"{where}: element {index}: expected a non-empty key string, got {got}")
         if key.startswith("/") or ".." in key.split("/") or key.endswith("/"):
-            raise JobSpecError(
+            raise ConfigError(
                 f"{where}: element {index}: expected an object key relative to the prefix "
                 f"(no leading '/', no '..', not a folder), got '{key}'"
             )
         if key in seen:
-            raise JobSpecError(
+            raise ConfigError(
                 f"{where}: element {index}: key '{key}' is listed twice; each object may appear once"
             )
         seen.add(key)

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
-PREDICT_METHOD = "tensorflow/serving/predict"
+from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
 
 
 def _tf():

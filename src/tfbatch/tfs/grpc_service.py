@@ -28,13 +28,14 @@ from tensorflow_serving.apis import (
 )
 
 from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
+from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
+from tfbatch.tfs.api import TfsApi
 from tfbatch.tfs.tensors import dtype_enum, from_ndarray, shape_proto, to_ndarray
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024 * 1024
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
+DEFAULT_MAX_MESSAGE_BYTES = GRPC_MAX_MESSAGE_MB * MIB
 DEFAULT_SIGNATURE = "serving_default"
 
 
@@ -242,7 +243,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     @_guarded
     def GetModelStatus(self, request, context):
         spec = request.model_spec
-        status = self.model_server.status(spec.name, _version(spec))
+        status = TfsApi(self.model_server).status(spec.name, _version(spec))
         return json_format.ParseDict(
             status, get_model_status_pb2.GetModelStatusResponse(), ignore_unknown_fields=True
         )

@@ -23,12 +23,13 @@ from starlette.routing import Route
 
 from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
 from tfbatch.runtime import jsonenc
+from tfbatch.runtime.signature import METHODS
+from tfbatch.tfs.api import TfsApi
 from tfbatch.tfs.blocking import Limiters, run_blocking
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/v1/models/"
-METHODS = ("predict", "classify", "regress")
 JSON = "application/json"
 
 
@@ -96,14 +97,12 @@ def decode_json_object(body: bytes, what: str) -> dict:
 
 def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
     """The blocking part of one TFS REST request: decode, run, encode."""
+    api = TfsApi(model_server)
     if target.action in ("status", "metadata"):
-        fn = model_server.status if target.action == "status" else model_server.metadata
+        fn = api.status if target.action == "status" else api.metadata
         return json_bytes(fn(target.name, target.version))
     request = decode_json_object(body, f":{target.action}")
-    if target.action == "predict":
-        return json_bytes(model_server.predict(request, target.name, target.version, native=True))
-    fn = getattr(model_server, target.action)
-    return json_bytes(fn(request, target.name, target.version))
+    return json_bytes(api.call(target.action, request, target.name, target.version))
 
 
 class TfsRestEndpoint:

@@ -20,12 +20,10 @@ from typing import Sequence
 import numpy as np
 
 from tfbatch.errors import InvalidInput, NotFound
+from tfbatch.labels import CIFAR10_CLASS_NAMES
 from tfbatch.train.dataset_info import DatasetInfo, write_info, write_split
 from tfbatch.train.digits import DIGIT_CLASS_NAMES, load_digits_split, write_png_folder
 
-CIFAR10_CLASS_NAMES = [
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-]
 _CIFAR_SPLITS = {
     "train": ["data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4"],
     "validation": ["data_batch_5"],

@@ -11,20 +11,15 @@ its notebook code works unchanged on our output too.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from tfbatch.errors import InvalidInput
+from tfbatch.labels import DIGIT_CLASS_NAMES, image_filename, label_from_filename
 
-DIGIT_CLASS_NAMES: list[str] = [
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
-]
-
-# `<anything>_<label>.png[.out]`; the label token is a class name or an integer.
-_LABEL_RE = re.compile(r"_([A-Za-z]+|\d+)\.(?:png|jpe?g)(?:\.out)?$", re.IGNORECASE)
+__all__ = ["DIGIT_CLASS_NAMES", "image_filename", "label_from_filename", "load_digits_split", "write_png_folder"]
 
 
 def load_digits_split(
@@ -47,12 +42,6 @@ def load_digits_split(
         images, labels, test_size=test_fraction, random_state=seed, stratify=labels
     )
     return x_train, y_train, x_test, y_test
-
-
-def image_filename(index: int, label: int, class_names: Sequence[str] | None = None) -> str:
-    """``<index>_<classname>.png`` (zero-padded index so listings sort in index order)."""
-    names = DIGIT_CLASS_NAMES if class_names is None else class_names
-    return f"{index:05d}_{names[int(label)]}.png"
 
 
 def write_png_folder(
@@ -92,24 +81,3 @@ def write_png_folder(
         Image.fromarray(image).save(path, format="PNG")
         paths.append(path)
     return paths
-
-
-def label_from_filename(name: str, class_names: Sequence[str] | None = None) -> int:
-    """The label encoded in ``<index>_<label>.png`` (also ``.png.out``); class name or integer."""
-    base = Path(name).name
-    match = _LABEL_RE.search(base)
-    if match is None:
-        raise InvalidInput(
-            f"file name {base!r}: expected '<index>_<label>.png' (optionally '.out'), "
-            "label a class name or an integer"
-        )
-    token = match.group(1)
-    if token.isdigit():
-        return int(token)
-    names = [n.lower() for n in (DIGIT_CLASS_NAMES if class_names is None else class_names)]
-    try:
-        return names.index(token.lower())
-    except ValueError:
-        raise InvalidInput(
-            f"file name {base!r}: label {token!r} is not one of the class names {names}"
-        ) from None

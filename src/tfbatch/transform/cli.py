@@ -1,4 +1,8 @@
-"""``tfbatch transform``: flags named after CreateTransformJob fields."""
+"""``tfbatch transform``'s flags, named after CreateTransformJob fields, and the spec they make.
+
+The command itself lives in ``tfbatch.cli``: running a job needs an engine, and engines
+sit above this package.
+"""
 
 from __future__ import annotations
 
@@ -70,27 +74,3 @@ def spec_from_args(args: argparse.Namespace):
     if args.env:
         fields["env"] = {**fields.get("env", {}), **dict(args.env)}
     return TransformSpec.build(**fields)
-
-
-def _cmd_transform(args: argparse.Namespace) -> int:
-    from tfbatch.transform.job import plan_transform, run_transform
-
-    spec = spec_from_args(args)
-    if args.dry_run:
-        print(plan_transform(spec).describe(spec))
-        return 0
-    if spec.engine == "ray":
-        from tfbatch.engines.ray import run_ray_transform
-
-        report = run_ray_transform(spec, address=args.ray_address, gpus_per_instance=args.gpus_per_instance or 0,
-                                   progress=args.progress)
-    else:
-        report = run_transform(spec, progress=args.progress)
-    print(report.summary())
-    return 0 if report.ok else 1
-
-
-def add_parser(sub) -> None:
-    p = sub.add_parser("transform", help="run a batch transform job")
-    add_transform_arguments(p)
-    p.set_defaults(func=_cmd_transform)

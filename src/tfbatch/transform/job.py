@@ -1,8 +1,9 @@
-"""A whole transform job: plan, run the instances on an engine, report.
+"""A whole transform job: plan, run the instances on the engine it is given, report.
 
-``run_transform`` is the Python API and what ``tfbatch transform`` calls. It returns a
-JobReport and also writes it, with the error report, into the output location, so the
-outcome of a job outlives the process that ran it.
+``run_job`` is what ``tfbatch.run_transform`` (the Python API) and ``tfbatch transform``
+call once they have picked an engine. It returns a JobReport and also writes it, with the
+error report, into the output location, so the outcome of a job outlives the process that
+ran it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from tfbatch.storage import normalize
+from tfbatch.transform.engine import Engine
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import output_uri
 from tfbatch.transform.plan import Plan, iter_inputs, make_plan
@@ -22,12 +24,13 @@ from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_transform", "plan_transform", "output_uri", "iter_inputs", "JobReport", "ObjectResult"]
+__all__ = ["run_job", "plan_transform", "as_spec", "output_uri", "iter_inputs", "JobReport", "ObjectResult"]
 
 ERRORS_IN_REPORT = 20
 
 
-def _as_spec(spec: TransformSpec | None, fields: dict[str, Any]) -> TransformSpec:
+def as_spec(spec: TransformSpec | None, fields: dict[str, Any]) -> TransformSpec:
+    """``spec`` with ``fields`` laid over it, or a spec built from ``fields`` alone."""
     if spec is None:
         return TransformSpec.build(**fields)
     if fields:
@@ -37,22 +40,17 @@ def _as_spec(spec: TransformSpec | None, fields: dict[str, Any]) -> TransformSpe
 
 def plan_transform(spec: TransformSpec | None = None, **fields: Any) -> Plan:
     """What a run would do (objects per instance, what the ledger says is done); runs nothing."""
-    spec = _as_spec(spec, fields)
+    spec = as_spec(spec, fields)
     done = Ledger.for_spec(spec).done_keys() if spec.resume else set()
     return make_plan(spec, done)
 
 
-def run_transform(spec: TransformSpec | None = None, *, progress: str | Progress | None = None,
-                  **fields: Any) -> JobReport:
-    """Run a transform job. Give a TransformSpec, or its fields as keyword arguments.
+def run_job(spec: TransformSpec, engine: Engine, *, progress: str | Progress | None = None) -> JobReport:
+    """Run a transform job's instances on ``engine``, keep the ledger, write and return the report.
 
     ``progress``: "auto" (a bar on a terminal, else log lines on stderr), "bar", "log",
     a Progress, or None (quiet).
     """
-    from tfbatch.engines import get_engine
-
-    spec = _as_spec(spec, fields)
-    engine = get_engine(spec.engine)
     ledger = Ledger.for_spec(spec)
     bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
     ledger.remove_stale_temp_files(normalize(spec.output))

@@ -22,13 +22,17 @@ def instance_of(key: str, instance_count: int) -> int:
     return int.from_bytes(digest, "big") % instance_count
 
 
-def iter_inputs(spec: TransformSpec) -> Iterator[ObjectRef]:
+def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterator[ObjectRef]:
     """Every input object, streamed (prefix order, or manifest order).
 
     Objects under the output location are skipped, so an output folder nested inside the
-    input prefix does not feed a re-run its own ``.out`` files and ledger.
+    input prefix does not feed a re-run its own ``.out`` files and ledger. ``page_size``
+    sets the prefix listing's page (the Ray driver starts work after the first page).
     """
-    refs = list_manifest(spec.manifest) if spec.manifest else list_prefix(spec.input)
+    if spec.manifest:
+        refs = list_manifest(spec.manifest)
+    else:
+        refs = list_prefix(spec.input) if page_size is None else list_prefix(spec.input, page_size=page_size)
     out_prefix = normalize(spec.output).rstrip("/") + "/"
     for ref in refs:
         if ref.uri.startswith(out_prefix):

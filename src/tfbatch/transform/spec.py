@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from tfbatch.errors import JobSpecError
+from tfbatch.errors import ConfigError
 
 SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
 BatchStrategy = Literal["SingleRecord", "MultiRecord"]
@@ -105,14 +105,14 @@ class TransformSpec(BaseModel):
 
     @classmethod
     def build(cls, **kwargs: Any) -> "TransformSpec":
-        """Validate, turning pydantic's errors into one JobSpecError that names each bad field."""
+        """Validate, turning pydantic's errors into one ConfigError that names each bad field."""
         try:
             return cls(**kwargs)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in err['loc']) or 'job'}: {err['msg']}" for err in exc.errors()
             )
-            raise JobSpecError(f"invalid transform job: {problems}") from None
+            raise ConfigError(f"invalid transform job: {problems}") from None
 
 
 def _get(d: dict, *path: str) -> Any:
@@ -132,14 +132,14 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
         try:
             request = Path(request).read_text()
         except OSError as exc:
-            raise JobSpecError(f"cannot read job file {request}: {exc}") from exc
+            raise ConfigError(f"cannot read job file {request}: {exc}") from exc
     if isinstance(request, str):
         try:
             request = json.loads(request)
         except json.JSONDecodeError as exc:
-            raise JobSpecError(f"job file is not valid JSON (expected a CreateTransformJob request): {exc}") from exc
+            raise ConfigError(f"job file is not valid JSON (expected a CreateTransformJob request): {exc}") from exc
     if not isinstance(request, dict):
-        raise JobSpecError("a CreateTransformJob request must be a JSON object")
+        raise ConfigError("a CreateTransformJob request must be a JSON object")
 
     fields: dict[str, Any] = {}
     ds = _get(request, "TransformInput", "DataSource", "S3DataSource") or {}
@@ -150,7 +150,7 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
         elif data_type == "S3Prefix":
             fields["input"] = uri
         else:
-            raise JobSpecError(f"S3DataType '{data_type}' is not supported; expected S3Prefix or ManifestFile")
+            raise ConfigError(f"S3DataType '{data_type}' is not supported; expected S3Prefix or ManifestFile")
     mapping = {
         ("TransformInput", "ContentType"): "content_type",
         ("TransformInput", "CompressionType"): "compression",

@@ -61,12 +61,12 @@ def test_overrides_win_over_env():
     ],
 )
 def test_bad_values_name_the_variable(var, value):
-    with pytest.raises(errors.JobSpecError, match=var):
+    with pytest.raises(errors.ConfigError, match=var):
         RuntimeSettings.from_env({var: value})
 
 
 def test_bad_override_names_the_variable():
-    with pytest.raises(errors.JobSpecError, match="SAGEMAKER_TFS_MAX_BATCH_SIZE"):
+    with pytest.raises(errors.ConfigError, match="SAGEMAKER_TFS_MAX_BATCH_SIZE"):
         RuntimeSettings.from_env({}, max_batch_size=0)
 
 

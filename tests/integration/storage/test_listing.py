@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import fsspec
 import pytest
 
-from tfbatch.errors import JobSpecError
+from tfbatch.errors import ConfigError
 from tfbatch.storage import ObjectRef, iter_pages, list_manifest, list_prefix, read_manifest, write_text
 
 NESTED = {
@@ -206,14 +206,14 @@ def test_manifest_prefix_without_slash_is_joined_with_one(tmp_path):
 def test_malformed_manifest(tmp_path, content, expected):
     path = tmp_path / "bad.manifest"
     path.write_text(content)
-    with pytest.raises(JobSpecError) as info:
+    with pytest.raises(ConfigError) as info:
         read_manifest(str(path))
     assert expected in str(info.value)
     assert "bad.manifest" in str(info.value)  # names the file
 
 
 def test_missing_manifest(tmp_path):
-    with pytest.raises(JobSpecError, match="does not exist"):
+    with pytest.raises(ConfigError, match="does not exist"):
         read_manifest(os.path.join(tmp_path, "none.json"))
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tfbatch.errors import JobSpecError, RecordError
+from tfbatch.errors import ConfigError, RecordError
 from tfbatch.records import Assembler, Record, error_line
 
 
@@ -47,5 +47,5 @@ def test_error_line_keeps_positions():
 
 
 def test_unknown_assemble_with():
-    with pytest.raises(JobSpecError, match="AssembleWith 'Lines'"):
+    with pytest.raises(ConfigError, match="AssembleWith 'Lines'"):
         Assembler("Lines", io.BytesIO())

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfbatch.errors import JobSpecError, RecordError
+from tfbatch.errors import ConfigError, RecordError
 from tfbatch.records import iter_records, open_input, write_recordio
 
 
@@ -20,7 +20,7 @@ def test_none_passes_through():
 
 
 def test_unknown_compression_is_a_job_spec_error():
-    with pytest.raises(JobSpecError, match="CompressionType 'Zstd'.*None or Gzip"):
+    with pytest.raises(ConfigError, match="CompressionType 'Zstd'.*None or Gzip"):
         open_input(io.BytesIO(b""), "Zstd")
 
 

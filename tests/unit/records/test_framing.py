@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfbatch.errors import JobSpecError, RecordError
+from tfbatch.errors import ConfigError, RecordError
 from tfbatch.records.crc32c import crc32c, crc32c_python, masked_crc32c
 from tfbatch.records.framing import (
     RECORDIO_MAGIC,
@@ -110,7 +110,7 @@ def test_none_split_is_one_record_and_empty_object_is_none():
 
 
 def test_unknown_split_type_fails_at_call_time():
-    with pytest.raises(JobSpecError, match="SplitType 'Lines'"):
+    with pytest.raises(ConfigError, match="SplitType 'Lines'"):
         iter_records(io.BytesIO(b""), "Lines")
     assert records_of(b"a\n", "line")[0].data == b"a"  # case-insensitive, like the API's enums
 

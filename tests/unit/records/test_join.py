@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.errors import InvalidInput, ConfigError
 from tfbatch.records import DataProcessor, content_kind
 
 
@@ -68,9 +68,9 @@ def test_csv_whole_object_rows_processed_row_by_row():
 
 
 def test_csv_paths_must_be_index_paths():
-    with pytest.raises(JobSpecError, match="CSV rows are arrays"):
+    with pytest.raises(ConfigError, match="CSV rows are arrays"):
         DataProcessor("$.features", None, None, "text/csv", "text/csv")
-    with pytest.raises(JobSpecError, match="OutputFilter"):
+    with pytest.raises(ConfigError, match="OutputFilter"):
         DataProcessor(None, "$['id','SageMakerOutput']", "Input", "text/csv", "text/csv")
 
 
@@ -142,13 +142,13 @@ def test_json_lines_per_line():
 
 
 def test_filters_need_csv_or_json_content():
-    with pytest.raises(JobSpecError, match="needs ContentType text/csv, application/json or application/jsonlines; got 'application/x-image'"):
+    with pytest.raises(ConfigError, match="needs ContentType text/csv, application/json or application/jsonlines; got 'application/x-image'"):
         DataProcessor("$[1:]", None, None, "application/x-image", None)
-    with pytest.raises(JobSpecError, match="needs Accept"):
+    with pytest.raises(ConfigError, match="needs Accept"):
         DataProcessor(None, None, "Input", "application/json", "image/png")
-    with pytest.raises(JobSpecError, match="JoinSource 'Both'"):
+    with pytest.raises(ConfigError, match="JoinSource 'Both'"):
         DataProcessor(None, None, "Both", "text/csv", "text/csv")
-    with pytest.raises(JobSpecError, match="invalid JSONPath"):
+    with pytest.raises(ConfigError, match="invalid JSONPath"):
         DataProcessor("$..x", None, None, "application/json", None)
 
 

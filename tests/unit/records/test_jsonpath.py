@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfbatch.errors import InvalidInput, JobSpecError
+from tfbatch.errors import InvalidInput, ConfigError
 from tfbatch.records import compile_path
 
 ROW = ["id7", "1", "2", "3", "4", "5"]
@@ -88,7 +88,7 @@ def test_definite_and_index_only_flags():
     ],
 )
 def test_invalid_syntax_names_expression_and_forms(expr, reason):
-    with pytest.raises(JobSpecError, match=reason) as info:
+    with pytest.raises(ConfigError, match=reason) as info:
         compile_path(expr)
     assert repr(expr) in str(info.value)
     assert "supported forms: $, $.a" in str(info.value)

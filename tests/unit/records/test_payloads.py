@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfbatch.errors import JobSpecError, PayloadTooLarge, RecordError
+from tfbatch.errors import ConfigError, PayloadTooLarge, RecordError
 from tfbatch.records import Payload, Record, form_payloads, iter_records, split_multi_response, write_tfrecord
 
 
@@ -52,7 +52,7 @@ def test_error_record_never_shares_a_payload():
 
 def test_strategy_names():
     assert list(form_payloads([rec(0, b"a")], "SINGLE_RECORD", None))[0].body == b"a"
-    with pytest.raises(JobSpecError, match="BatchStrategy 'Batch'"):
+    with pytest.raises(ConfigError, match="BatchStrategy 'Batch'"):
         form_payloads([], "Batch", None)
 
 

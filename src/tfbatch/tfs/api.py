@@ -1,0 +1,145 @@
+"""TF Serving's JSON API (predict, classify, regress, status, metadata) over a ModelServer.
+
+The runtime speaks arrays only (``ModelServer.run``); this is where TF Serving's REST
+bodies become arrays and back. The REST routes, the in-process ``/invocations`` path and
+the benchmarks' HTTP baseline all call it, so one request body means the same everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tfbatch import errors
+from tfbatch.runtime import ModelServer, Servable, SignatureInfo
+from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
+from tfbatch.tfs import codec
+
+
+class TfsApi:
+    """TF Serving's JSON methods for the models of one ModelServer (cheap to build per call)."""
+
+    def __init__(self, model_server: ModelServer):
+        self.model_server = model_server
+
+    def predict(
+        self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None, *, native: bool = False
+    ) -> dict:
+        """TF Serving ``:predict``: row or columnar request -> predictions or outputs.
+
+        ``native`` keeps numeric outputs as numpy arrays for ``jsonenc.dumps`` (the HTTP paths).
+        """
+        servable = self.model_server.resolve(name, version)
+        sig = servable.signature(_signature_name(body))
+        tensors, fmt = codec.decode_predict(body, sig)
+        outputs = self.model_server.run_signature(servable, sig, tensors)
+        return codec.encode_predict(outputs, fmt, sig, native=native)
+
+    def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
+        servable = self.model_server.resolve(name, version)
+        sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))
+        examples = codec.decode_examples(body)
+        return codec.encode_classify(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
+
+    def regress(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
+        servable = self.model_server.resolve(name, version)
+        sig = _examples_signature(servable, _signature_name(body), REGRESS_METHOD, ("outputs",))
+        examples = codec.decode_examples(body)
+        return codec.encode_regress(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
+
+    def call(self, method: str, body: Mapping[str, Any], name: str | None = None,
+             version: int | str | None = None) -> dict:
+        """One of ``METHODS`` by name; predict keeps numpy outputs for the HTTP encoders."""
+        if method == "predict":
+            return self.predict(body, name, version, native=True)
+        return self.classify(body, name, version) if method == "classify" else self.regress(body, name, version)
+
+    def status(self, name: str | None = None, version: int | str | None = None) -> dict:
+        """TF Serving ``GET /v1/models/<name>[/versions/<v>]``."""
+        server = self.model_server
+        name = name or server.default_model
+        if version is None or version == "":
+            servables = [server.resolve(name, v) for v in sorted(server.versions(name), reverse=True)]
+        else:
+            servables = [server.resolve(name, version)]
+        return {
+            "model_version_status": [
+                {
+                    "version": str(s.version),
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                }
+                for s in servables
+            ]
+        }
+
+    def metadata(self, name: str | None = None, version: int | str | None = None) -> dict:
+        """TF Serving ``GET /v1/models/<name>[/versions/<v>]/metadata``."""
+        servable = self.model_server.resolve(name, version)
+        return {
+            "model_spec": {"name": servable.name, "signature_name": "", "version": str(servable.version)},
+            "metadata": {
+                "signature_def": {
+                    "signature_def": {k: v.to_tfs() for k, v in sorted(servable.signatures.items())},
+                    "@type": "type.googleapis.com/tensorflow.serving.SignatureDefMap",
+                }
+            },
+        }
+
+
+def _signature_name(body: Any) -> str | None:
+    if not isinstance(body, Mapping):
+        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
+    name = body.get("signature_name")
+    if name is not None and not isinstance(name, str):
+        raise errors.InvalidInput(f"'signature_name' must be a string, got {name!r}")
+    return name or None
+
+
+def _examples_input(sig: SignatureInfo) -> str:
+    return next(iter(sig.inputs))
+
+
+def _examples_signature(
+    servable: Servable, requested: str | None, method: str, outputs: tuple[str, ...]
+) -> SignatureInfo:
+    """The signature for classify/regress.
+
+    TF Serving requires the signature's method_name to be the API's. TF2 exports always
+    say "predict", so a signature taking one string tensor of serialized Examples and
+    returning the API's output keys is accepted too. Without signature_name, the default
+    signature is used if it fits, else the only signature of that method.
+    """
+    verb = method.rsplit("/", 1)[-1]
+
+    def fits(sig: SignatureInfo) -> bool:
+        if sig.method_name == method:
+            return True
+        return (
+            len(sig.inputs) == 1
+            and next(iter(sig.inputs.values())).is_string
+            and any(k in sig.outputs for k in outputs)
+        )
+
+    if requested:
+        sig = servable.signature(requested)
+        if not fits(sig):
+            raise errors.InvalidInput(
+                f"signature {sig.name!r} of model {servable.name!r} cannot {verb}: its method is "
+                f"{sig.method_name!r}, expected {method!r}"
+            )
+        return sig
+    default = servable.signature(None)
+    if default.method_name == method:
+        return default
+    candidates = [s for s in servable.signatures.values() if s.method_name == method]
+    if len(candidates) == 1:
+        return candidates[0]
+    if fits(default):
+        return default
+    raise errors.InvalidInput(
+        f"model {servable.name!r} version {servable.version} has "
+        f"{'no' if not candidates else 'several'} {verb} signatures"
+        f"{'' if not candidates else ' (' + ', '.join(sorted(s.name for s in candidates)) + ')'}; "
+        f"name one with 'signature_name'"
+    )

@@ -1,0 +1,37 @@
+"""What a transform job needs from the place its instances run.
+
+The job (``tfbatch.transform.job.run_job``) plans, keeps the ledger and writes the report;
+an engine only runs the instances and hands back each object's result as it finishes. The
+engine is a value the caller passes in — ``tfbatch.engines.local.LocalEngine()`` or
+``tfbatch.engines.ray.RayEngine(RayOptions(...))`` — carrying its own options, so nothing
+about where work runs is found through a global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from tfbatch.transform.report import InstanceSummary, ObjectResult
+from tfbatch.transform.spec import TransformSpec
+
+# Called once per finished object, from whichever thread the engine collects results on.
+Emit = Callable[[ObjectResult], None]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Runs ``spec.instance_count`` instances over the job's objects.
+
+    Contract: every object of instance *i*'s partition (``plan.instance_of``) goes through
+    ``InstanceRunner``'s pipeline exactly once per attempt, each result is passed to ``emit``,
+    and the return value holds one summary per instance, in instance order, with ``fatal``
+    set for an instance that could not run.
+    """
+
+    @property
+    def name(self) -> str:
+        """What ``TransformSpec.engine`` calls this engine (``local``, ``ray``)."""
+        ...
+
+    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]: ...
