@@ -38,9 +38,10 @@ def _outputs(root: Path) -> dict[str, bytes]:
 
 
 def overhead(objects: int, lines: int, instances: int, repeats: int) -> dict:
-    from tfbatch.engines.ray import run_ray_transform
+    from tfbatch import run_transform
+    from tfbatch.engines.ray import RayEngine, RayOptions
     from tfbatch.testing.ray_cluster import LocalRayCluster
-    from tfbatch.transform import TransformSpec, run_transform
+    from tfbatch.transform import TransformSpec
 
     root = Path(tempfile.mkdtemp(prefix="raybench"))
     try:
@@ -60,7 +61,7 @@ def overhead(objects: int, lines: int, instances: int, repeats: int) -> dict:
                 runs["local"].append(time.perf_counter() - started)
                 assert report.ok, report.summary()
                 started = time.perf_counter()
-                report = run_ray_transform(spec(f"ray{r}"), address=cluster.address)
+                report = run_transform(spec(f"ray{r}"), engine=RayEngine(RayOptions.from_env(address=cluster.address)))
                 runs["ray"].append(time.perf_counter() - started)
                 assert report.ok, report.summary()
         identical = _outputs(root / "local0") == _outputs(root / "ray0")

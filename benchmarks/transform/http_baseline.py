@@ -80,11 +80,12 @@ class _TfsHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         from tfbatch.errors import TfbatchError
+        from tfbatch.tfs.api import TfsApi
 
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         name = self.path.removeprefix("/v1/models/").split(":")[0].split("/")[0]
         try:
-            result = self.model_server.predict(json.loads(body), name=name)
+            result = TfsApi(self.model_server).predict(json.loads(body), name=name)
             self._reply(200, json.dumps(result).encode())
         except TfbatchError as exc:
             self._reply(exc.status, json.dumps({"error": str(exc)}).encode())

@@ -7,7 +7,7 @@ TFS response JSON. Both response shapes a classifier produces are read:
 - several outputs:    ``{"predictions": [{"classes": k, "probabilities": [...]}]}`` ->
   ``classes`` if present, else argmax of ``probabilities`` (or ``scores``)
 
-True labels come from the file names (``<index>_<label>.png.out``, the seed's naming)
+True labels come from the file names (``<index>_<label>.png.out``, the naming SageMaker's CIFAR-10 example uses)
 or from a CSV (``file,label`` rows) / JSON (``{"file": label}``) map.
 """
 

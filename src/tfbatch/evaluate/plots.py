@@ -14,7 +14,7 @@ def plot_confusion_matrix(
     normalized: np.ndarray, class_names: Sequence[str], path: str | Path, *, title: str = "Confusion matrix"
 ) -> Path:
     """Row-normalised matrix as an annotated heatmap: rows = actual, columns = predicted,
-    so the diagonal reads as per-class recall (the seed's plot)."""
+    so the diagonal reads as per-class recall (as SageMaker's CIFAR-10 example plots it)."""
     try:
         import matplotlib
 

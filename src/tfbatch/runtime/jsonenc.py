@@ -13,13 +13,9 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 
-try:
-    import orjson
-
-    _OPTIONS = orjson.OPT_SERIALIZE_NUMPY
-except ImportError:  # pragma: no cover - orjson is a pinned dependency; keep a slow path anyway
-    orjson = None
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 def _default(value: Any) -> Any:
@@ -32,11 +28,10 @@ def _default(value: Any) -> Any:
 
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes; numpy arrays and scalars allowed anywhere in ``value``."""
-    if orjson is not None:
-        try:
-            return orjson.dumps(value, default=_default, option=_OPTIONS)
-        except TypeError:
-            pass  # e.g. an integer beyond 64 bits: the standard library handles it
+    try:
+        return orjson.dumps(value, default=_default, option=_OPTIONS)
+    except TypeError:
+        pass  # e.g. an integer beyond 64 bits: the standard library handles it
     return json.dumps(value, separators=(",", ":"), default=_default).encode()
 
 
@@ -46,7 +41,7 @@ def native_array(arr: np.ndarray) -> Any:
     Arrays holding non-finite floats become a pre-encoded fragment: orjson would write
     ``null`` where TF Serving writes ``NaN``/``Infinity``.
     """
-    if orjson is None or arr.ndim == 0:
+    if arr.ndim == 0:
         return None
     kind = arr.dtype.kind
     if kind == "f":
@@ -66,9 +61,8 @@ def loads(data: bytes | str) -> Any:
     """Parse JSON; orjson first (several times faster on big base64 bodies), then the standard
     library, which also accepts the ``NaN``/``Infinity`` tokens TF Serving clients may send
     and produces the error messages users see."""
-    if orjson is not None:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
     return json.loads(data)

@@ -84,7 +84,7 @@ def add_parser(sub) -> None:
     p.add_argument("--threads-per-worker", type=int)
     p.add_argument("--export-version", type=int)
     p.add_argument("--probabilities-only", action="store_true",
-                   help="export one output (bare probability lists, as the seed's model)")
+                   help="export one output (bare probability lists, as SageMaker's CIFAR-10 example's model)")
     p.add_argument("--pad", type=int, default=4, help="pad-and-crop augmentation; 0 = off")
     p.add_argument("--no-flip", action="store_true", help="no left-right flips (digits, text)")
     p.add_argument("--seed", type=int)

@@ -1,12 +1,12 @@
 """Dataset sources -> TFRecords (see :mod:`tfbatch.train.dataset_info` for the layout).
 
 - ``cifar10``: the ``cifar-10-python.tar.gz`` archive. data_batch_1-4 -> train,
-  data_batch_5 -> validation, test_batch -> eval, as the seed splits it.
+  data_batch_5 -> validation, test_batch -> eval, as SageMaker's CIFAR-10 example splits it.
 - ``images``: a folder with one subfolder per class.
 - ``digits``: scikit-learn's digits (ships with the package, no download).
 
 Each can also write the eval split as PNGs named ``<index>_<classname>.png``, the
-naming the seed's transform input and scoring code use.
+naming SageMaker's CIFAR-10 example uses for its transform input and scoring.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """On-disk image datasets as TFRecords, described by one ``dataset.json``.
 
-Layout (the seed's, plus the description file)::
+Layout (SageMaker's CIFAR-10 example's, plus the description file)::
 
     <dir>/dataset.json
     <dir>/train/train.tfrecords
@@ -8,10 +8,10 @@ Layout (the seed's, plus the description file)::
     <dir>/eval/eval.tfrecords
 
 Each record is a ``tf.train.Example`` with ``image`` (raw uint8 pixel bytes) and
-``label`` (int64), as the seed's ``generate_cifar10_tfrecords.py`` writes them.
+``label`` (int64), as that example's ``generate_cifar10_tfrecords.py`` writes them.
 Raw bytes carry no shape, so ``dataset.json`` records it and the byte layout:
 CIFAR-10 keeps the archive's channel-planar ``CHW`` order (records stay identical to
-the seed's), everything else is ``HWC``.
+the example's), everything else is ``HWC``.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 1,797 8x8 grayscale handwritten digits. No download, so the end-to-end path
 (train -> export -> transform -> evaluate) runs on machines without internet.
 
-Eval images are written the way the seed's transform input is named,
+Eval images are named as SageMaker's CIFAR-10 example names its transform input,
 ``<index>_<classname>.png``, with letters-only class names (``zero`` .. ``nine``):
-the seed scores its output with ``re.search('([a-zA-Z]+).png.out', name)``, so
+that example scores its output with ``re.search('([a-zA-Z]+).png.out', name)``, so
 its notebook code works unchanged on our output too.
 """
 

@@ -95,7 +95,7 @@ def export_servable(
     Outputs: ``probabilities`` float32 [N, classes] and, unless ``include_classes`` is
     false, ``classes`` int64 [N]. With both, TFS row-format responses are one object
     per image (``{"probabilities": [...], "classes": k}``); with probabilities only they
-    are bare lists, the shape the seed's notebook parses.
+    are bare lists, the shape SageMaker's CIFAR-10 example notebook parses.
     ``class_names`` are stored as ``assets.extra/class_names.json`` (TFS ignores that folder).
     """
     if version < 0:

@@ -1,4 +1,4 @@
-"""Keras model definitions: the seed's CIFAR-10 CNN and a small CNN for 8x8 digits.
+"""Keras model definitions: the CIFAR-10 CNN of SageMaker's example and a small CNN for 8x8 digits.
 
 Models take float32 images scaled to [0, 1] (the exported serving graph applies the
 same scaling) and end in softmax, so outputs are class probabilities.
@@ -20,7 +20,7 @@ def _conv_block(x, filters: int, dropout: float):
 
 
 def build_cifar_cnn(input_shape: tuple[int, int, int] = (32, 32, 3), classes: int = 10) -> keras.Model:
-    """The seed's CNN: conv blocks of 32/64/128 filters with batch norm and dropout
+    """The CIFAR-10 example's CNN: conv blocks of 32/64/128 filters with batch norm and dropout
     0.2/0.3/0.4, then dense 512, dropout 0.5 and a softmax."""
     inputs = keras.Input(shape=input_shape, name="images")
     x = inputs

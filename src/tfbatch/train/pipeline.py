@@ -2,7 +2,7 @@
 
 Scaling uses :func:`tfbatch.train.export.scale_pixels`, the function the exported
 serving graph applies, so training and serving see identical inputs. Augmentation
-is the seed's pad-crop-flip, each part switchable: a horizontal flip turns a
+is the CIFAR-10 example's pad-crop-flip, each part switchable: a horizontal flip turns a
 CIFAR truck into a truck, but a digit 2 into something that is not a 2.
 """
 

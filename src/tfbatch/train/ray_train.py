@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from tfbatch.errors import DependencyMissing, ModelError
+from tfbatch.settings import Environment
 from tfbatch.train.config import TrainConfig, TrainResult
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def train_on_ray(config: TrainConfig, address: str | None = None, num_workers: i
         address = address or os.environ.get("RAY_ADDRESS") or None
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
         extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
-        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=bool(os.environ.get("TFBATCH_RAY_LOGS")),
+        ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=bool(Environment.read().ray_logs),
                  logging_level=logging.WARNING, **extra)
     try:
         resources = {"CPU": cpus_per_worker}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tfbatch import plan_transform, run_transform
 from tfbatch.engines import get_engine
-from tfbatch.transform import TransformSpec, plan_transform, run_transform
+from tfbatch.transform import TransformSpec
 from tfbatch.transform.plan import instance_of
 
 

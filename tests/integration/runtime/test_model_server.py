@@ -15,6 +15,7 @@ import pytest
 from tfbatch import errors
 from tfbatch.runtime import ModelServer, RuntimeSettings
 from tfbatch.testing import models
+from tfbatch.tfs.api import TfsApi
 
 from .conftest import png_bytes
 
@@ -29,15 +30,15 @@ def test_default_model_and_latest_version(server):
 
 def test_version_selection_changes_numbers(server):
     x = [[1.0, 2.0, 3.0]]
-    v1 = server.predict({"instances": x}, "linear", 1)["predictions"]
-    latest = server.predict({"instances": x}, "linear")["predictions"]
+    v1 = TfsApi(server).predict({"instances": x}, "linear", 1)["predictions"]
+    latest = TfsApi(server).predict({"instances": x}, "linear")["predictions"]
     np.testing.assert_allclose(v1, models.linear_expected(np.array(x), seed=0), rtol=1e-5)
     np.testing.assert_allclose(latest, models.linear_expected(np.array(x), seed=1), rtol=1e-5)
 
 
 def test_unknown_model_and_version_messages(server):
     with pytest.raises(errors.NotFound, match=r"model 'nope' not found; available models: cr, failing, image, linear, multi"):
-        server.predict({"instances": [[1, 2, 3]]}, "nope")
+        TfsApi(server).predict({"instances": [[1, 2, 3]]}, "nope")
     with pytest.raises(errors.NotFound, match=r"model 'linear' has no version 7; available versions: 1, 2"):
         server.resolve("linear", 7)
     with pytest.raises(errors.NotFound, match=r"has no version 'abc'"):
@@ -46,8 +47,8 @@ def test_unknown_model_and_version_messages(server):
 
 def test_predict_row_and_columnar(server):
     x = [[1.0, 2.0, 3.0], [0.0, -1.0, 0.5]]
-    row = server.predict({"instances": x}, "linear", 1)
-    col = server.predict({"inputs": x}, "linear", 1)
+    row = TfsApi(server).predict({"instances": x}, "linear", 1)
+    col = TfsApi(server).predict({"inputs": x}, "linear", 1)
     assert set(row) == {"predictions"} and set(col) == {"outputs"}
     assert row["predictions"] == col["outputs"]
     assert len(row["predictions"]) == 2 and len(row["predictions"][0]) == 2
@@ -55,23 +56,23 @@ def test_predict_row_and_columnar(server):
 
 def test_predict_multiple_outputs_and_signature_name(server):
     body = {"instances": [{"a": [1, 2], "b": 10}, {"a": [3, 4], "b": 20}]}
-    out = server.predict(body, "multi")
+    out = TfsApi(server).predict(body, "multi")
     assert out == {"predictions": [{"prod": [10.0, 20.0], "sum": 13.0}, {"prod": [60.0, 80.0], "sum": 27.0}]}
-    scaled = server.predict({**body, "signature_name": "scaled"}, "multi")
+    scaled = TfsApi(server).predict({**body, "signature_name": "scaled"}, "multi")
     assert scaled == {"predictions": [[20.0, 30.0], [50.0, 60.0]]}
-    col = server.predict({"inputs": {"a": [[1, 2]], "b": [1]}}, "multi")
+    col = TfsApi(server).predict({"inputs": {"a": [[1, 2]], "b": [1]}}, "multi")
     assert col == {"outputs": {"prod": [[1.0, 2.0]], "sum": [4.0]}}
     with pytest.raises(errors.NotFound, match="available signatures: scaled, serving_default"):
-        server.predict({**body, "signature_name": "missing"}, "multi")
+        TfsApi(server).predict({**body, "signature_name": "missing"}, "multi")
     with pytest.raises(errors.InvalidInput, match="'signature_name' must be a string"):
-        server.predict({**body, "signature_name": 3}, "multi")
+        TfsApi(server).predict({**body, "signature_name": 3}, "multi")
 
 
 def test_predict_b64_png_through_json(server):
     pngs = [png_bytes(12, 9), png_bytes(40, 33, "RGB", seed=1)]
     body = {"instances": [{"b64": base64.b64encode(p).decode()} for p in pngs]}
     body = json.loads(json.dumps(body))  # exactly what arrives over HTTP
-    out = server.predict(body, "image")
+    out = TfsApi(server).predict(body, "image")
     preds = out["predictions"]
     assert len(preds) == 2 and set(preds[0]) == {"classes", "probabilities"}
     assert abs(sum(preds[0]["probabilities"]) - 1.0) < 1e-5
@@ -81,29 +82,29 @@ def test_predict_b64_png_through_json(server):
 
 def test_predict_error_paths(server):
     with pytest.raises(errors.InvalidInput, match="Unknown image file format"):
-        server.predict({"instances": [{"b64": base64.b64encode(b"garbage").decode()}]}, "image")
+        TfsApi(server).predict({"instances": [{"b64": base64.b64encode(b"garbage").decode()}]}, "image")
     with pytest.raises(errors.InvalidInput, match=r"input 'x' of signature 'serving_default': expected dtype float32 with shape \[-1, 3\], got int64 with shape \[1, 2\]"):
-        server.predict({"instances": [[1, 2]]}, "linear")
+        TfsApi(server).predict({"instances": [[1, 2]]}, "linear")
     with pytest.raises(errors.InvalidInput, match=r"keys \['z'\] must be equal to the inputs of signature 'serving_default': \['x'\]"):
-        server.predict({"instances": [{"z": [1, 2, 3]}]}, "linear")
+        TfsApi(server).predict({"instances": [{"z": [1, 2, 3]}]}, "linear")
     with pytest.raises(errors.InvalidInput, match="negative input"):
-        server.predict({"instances": [[-1.0, 0.0]]}, "failing")
+        TfsApi(server).predict({"instances": [[-1.0, 0.0]]}, "failing")
 
 
 def test_classify_and_regress(server):
     body = {"examples": [{"x": [1.0, 2.0]}, {"x": [-1.0, -2.0], "w": 0.5}]}
-    cls = server.classify(body, "cr")
+    cls = TfsApi(server).classify(body, "cr")
     res = cls["results"]
     assert [lab for lab, _ in res[0]] == ["negative", "positive"]
     assert res[0][1][1] == pytest.approx(1 / (1 + np.exp(-3.0)), rel=1e-5)
     assert res[1][1][1] == pytest.approx(1 / (1 + np.exp(1.5)), rel=1e-5)
-    reg = server.regress({**body, "context": {"w": 2.0}}, "cr")
+    reg = TfsApi(server).regress({**body, "context": {"w": 2.0}}, "cr")
     # the second example's own w=0.5 overrides the context's 2.0
     assert reg["results"] == pytest.approx([6.0, -1.5])
     with pytest.raises(errors.InvalidInput, match="signature 'serving_default' of model 'cr' cannot classify"):
-        server.classify({**body, "signature_name": "serving_default"}, "cr")
+        TfsApi(server).classify({**body, "signature_name": "serving_default"}, "cr")
     with pytest.raises(errors.InvalidInput, match="has no regress signatures"):
-        server.regress(body, "multi")
+        TfsApi(server).regress(body, "multi")
 
 
 def test_run_tensor_path(server):
@@ -112,17 +113,17 @@ def test_run_tensor_path(server):
 
 
 def test_status_and_metadata(server):
-    st = server.status("linear")
+    st = TfsApi(server).status("linear")
     assert st == {
         "model_version_status": [
             {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
             {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
         ]
     }
-    assert [v["version"] for v in server.status("linear", 1)["model_version_status"]] == ["1"]
+    assert [v["version"] for v in TfsApi(server).status("linear", 1)["model_version_status"]] == ["1"]
     with pytest.raises(errors.NotFound):
-        server.status("nope")
-    md = server.metadata("multi")
+        TfsApi(server).status("nope")
+    md = TfsApi(server).metadata("multi")
     assert md["model_spec"] == {"name": "multi", "signature_name": "", "version": "1"}
     sigs = md["metadata"]["signature_def"]["signature_def"]
     a = sigs["serving_default"]["inputs"]["a"]
@@ -131,7 +132,7 @@ def test_status_and_metadata(server):
     assert a["tensor_shape"]["unknown_rank"] is False
     assert sigs["serving_default"]["inputs"]["b"]["dtype"] == "DT_INT64"
     assert sigs["serving_default"]["method_name"] == "tensorflow/serving/predict"
-    assert server.metadata("cr")["metadata"]["signature_def"]["signature_def"]["classify"]["method_name"] == (
+    assert TfsApi(server).metadata("cr")["metadata"]["signature_def"]["signature_def"]["classify"]["method_name"] == (
         "tensorflow/serving/classify"
     )
     json.dumps(md)
@@ -155,7 +156,7 @@ def test_from_artifact_duck_typing(linear_v1, multi_io):
 def test_concurrent_predict_without_batching(server):
     xs = [np.random.default_rng(i).random((1, 3)).astype(np.float32) for i in range(40)]
     with ThreadPoolExecutor(8) as pool:
-        outs = list(pool.map(lambda x: server.predict({"instances": x.tolist()}, "linear", 1), xs))
+        outs = list(pool.map(lambda x: TfsApi(server).predict({"instances": x.tolist()}, "linear", 1), xs))
     for x, out in zip(xs, outs):
         np.testing.assert_allclose(out["predictions"], models.linear_expected(x, seed=0), rtol=1e-5)
 
@@ -179,7 +180,7 @@ def test_batching_coalesces_concurrent_requests(batching_server):
             barrier.wait(timeout=5)
         except threading.BrokenBarrierError:
             pass
-        return batching_server.predict({"instances": x.tolist()}, "linear")
+        return TfsApi(batching_server).predict({"instances": x.tolist()}, "linear")
 
     with ThreadPoolExecutor(16) as pool:
         outs = list(pool.map(call, xs))
@@ -206,27 +207,27 @@ def test_batching_splits_oversized_request_in_order(batching_server):
 
 def test_batching_errors_stay_in_their_request(batching_server):
     with pytest.raises(errors.InvalidInput, match="expected dtype float32"):
-        batching_server.predict({"instances": [["x", "y", "z"]]}, "linear")
-    out = batching_server.predict({"instances": [[1.0, 1.0, 1.0]]}, "linear")
+        TfsApi(batching_server).predict({"instances": [["x", "y", "z"]]}, "linear")
+    out = TfsApi(batching_server).predict({"instances": [[1.0, 1.0, 1.0]]}, "linear")
     assert len(out["predictions"]) == 1
 
 
 def test_batch_timeout_bounds_latency(linear_v1):
     settings = RuntimeSettings(enable_batching=True, max_batch_size=64, batch_timeout_micros=100_000, num_batch_threads=1)
     with ModelServer({"linear": {1: linear_v1}}, settings=settings) as srv:
-        srv.predict({"instances": [[0.0, 0.0, 0.0]]})  # warm-up
+        TfsApi(srv).predict({"instances": [[0.0, 0.0, 0.0]]})  # warm-up
         t0 = time.monotonic()
-        srv.predict({"instances": [[1.0, 2.0, 3.0]]})
+        TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
         elapsed = time.monotonic() - t0
     assert 0.09 <= elapsed < 1.5, elapsed
 
 
 def test_closed_server_refuses_batched_requests(linear_v1):
     srv = ModelServer({"linear": {1: linear_v1}}, settings=RuntimeSettings(enable_batching=True, batch_timeout_micros=0))
-    srv.predict({"instances": [[1.0, 2.0, 3.0]]})
+    TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
     srv.close()
     with pytest.raises(errors.Unavailable):
-        srv.predict({"instances": [[1.0, 2.0, 3.0]]})
+        TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
 
 
 def test_unbatched_view_shares_models_and_skips_the_batcher(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from tfbatch.transform import run_transform
+from tfbatch import run_transform
 t = time.monotonic()
 r = run_transform(model=sys.argv[1], input=sys.argv[2], output=sys.argv[3], content_type="application/json")
 print(json.dumps({"objects": r.objects, "ok": r.ok, "seconds": round(time.monotonic() - t, 1),

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfbatch import run_transform
 from tfbatch.records import write_tfrecord
-from tfbatch.transform import run_transform
 
 GOOD = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
 

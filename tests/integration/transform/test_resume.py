@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tfbatch.transform import run_transform
+from tfbatch import run_transform
 
 
 def _outs(root: Path) -> dict[str, bytes]:

@@ -7,8 +7,8 @@ import tarfile
 
 import numpy as np
 
+from tfbatch import run_transform
 from tfbatch.testing.models import linear_expected
-from tfbatch.transform import run_transform
 
 
 def test_everything_on_s3_and_resume(tmp_path, linear_model, s3_bucket, s3_server):

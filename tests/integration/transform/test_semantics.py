@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfbatch import run_transform
 from tfbatch.records import write_tfrecord
 from tfbatch.testing.models import linear_expected
-from tfbatch.transform import TransformSpec, run_transform
+from tfbatch.transform import TransformSpec
 from tfbatch.transform.spec import default_concurrency
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tfbatch.engines.ray import RayEngine, RayOptions, run_ray_transform
+from tfbatch import run_transform
+from tfbatch.engines.ray import RayEngine, RayOptions
 from tfbatch.testing.models import linear_expected
-from tfbatch.transform import TransformSpec, run_transform
+from tfbatch.transform import TransformSpec
 
 
 def _spec(model: Path, inputs: Path, out: Path, **extra) -> TransformSpec:
@@ -25,8 +26,8 @@ def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_p
     local = run_transform(_spec(linear_model, inputs, tmp_path / "local"))
     assert local.ok and local.objects == 14
 
-    on_ray = run_ray_transform(_spec(linear_model, inputs, tmp_path / "ray"), address=ray_cluster.address,
-                               cpus_per_instance=0.5)
+    on_ray = run_transform(_spec(linear_model, inputs, tmp_path / "ray"),
+                           engine=RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5)))
     assert on_ray.ok, on_ray.summary()
     assert (on_ray.objects, on_ray.records, on_ray.instances) == (14, 42, 2)
 
@@ -59,7 +60,7 @@ def test_remote_reads_and_resume(ray_cluster, linear_model, tmp_path, write_inpu
     assert read_outputs(tmp_path / "out") == read_outputs(tmp_path / "local")
 
     # Resume: the ledger marks everything done, so a second run processes nothing.
-    again = run_ray_transform(spec, address=ray_cluster.address, cpus_per_instance=0.5)
+    again = run_transform(spec, engine=RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5)))
     assert again.ok and again.objects == 0 and again.skipped == 8
 
 
@@ -68,8 +69,8 @@ def test_model_that_cannot_load_is_an_instance_failure(ray_cluster, tmp_path, wr
     broken = tmp_path / "model"
     (broken / "1").mkdir(parents=True)
     (broken / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
-    report = run_ray_transform(_spec(broken, inputs, tmp_path / "out"), address=ray_cluster.address,
-                               cpus_per_instance=0.5)
+    report = run_transform(_spec(broken, inputs, tmp_path / "out"),
+                           engine=RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5)))
     assert not report.ok
     assert len(report.fatal) == 2 and all("instance" in f for f in report.fatal)
     assert read_outputs(tmp_path / "out") == {}

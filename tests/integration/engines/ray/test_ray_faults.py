@@ -8,7 +8,8 @@ import signal
 import threading
 from pathlib import Path
 
-from tfbatch.engines.ray import run_ray_transform
+from tfbatch import run_transform
+from tfbatch.engines.ray import RayEngine, RayOptions
 from tfbatch.testing.models import make_slow_model
 from tfbatch.testing.ray_cluster import wait_until
 from tfbatch.transform import TransformSpec
@@ -34,7 +35,8 @@ def test_killed_instance_worker_is_restarted_and_every_output_written_once(ray_c
 
     def job() -> None:
         try:
-            box["report"] = run_ray_transform(spec, address=ray_cluster.address, cpus_per_instance=0.5)
+            engine = RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5))
+            box["report"] = run_transform(spec, engine=engine)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             box["error"] = exc
 
