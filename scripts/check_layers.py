@@ -47,8 +47,9 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """The dotted name of ``path`` inside the package folder ``root`` (named ``tfbatch``)."""
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__" and len(parts) > 1:
         parts = parts[:-1] if len(parts) > 2 else parts
@@ -79,7 +80,7 @@ def imports(path: Path, module: str) -> Iterator[tuple[str, int, bool]]:
 
 def check(root: Path = ROOT) -> list[str]:
     problems: list[str] = []
-    modules = {module_name(p): p for p in sorted(root.rglob("*.py"))}
+    modules = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
         src_unit = unit_of(module) if module != "tfbatch" else "__init__"
