@@ -41,8 +41,10 @@ def test_unknown_engine_and_stray_options_are_config_errors():
 def test_ray_options_come_from_the_environment_unless_given(monkeypatch):
     monkeypatch.setenv("TFBATCH_RAY_ADDRESS", "ray://env:1")
     monkeypatch.setenv("TFBATCH_RAY_REMOTE_READ", "true")
+    monkeypatch.setenv("TFBATCH_RAY_LOGS", "1")
     engine = get_engine("ray")
     assert engine.options.address == "ray://env:1" and engine.options.remote_read is True
+    assert engine.options.log_to_driver is True
     assert get_engine("ray", address="ray://flag:2").options.address == "ray://flag:2"
 
 

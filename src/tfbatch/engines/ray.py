@@ -68,6 +68,7 @@ class RayOptions:
     list_page_size: int = 1000
     forward_env: bool = True
     spread: bool = True  # one instance per node where possible, as SageMaker instances are
+    log_to_driver: bool = False  # workers' logs on this process's stderr, when this process starts Ray
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "RayOptions":
@@ -79,6 +80,8 @@ class RayOptions:
                 "ray_address", "ray_gpus_per_instance", "ray_cpus_per_instance", "ray_reader_cpus", "ray_remote_read"
             ).items()
         }
+        if environment.ray_logs is not None:
+            fields["log_to_driver"] = environment.ray_logs
         fields.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**fields)
 
@@ -118,7 +121,7 @@ class RayEngine:
             # A Ray started here for this job stays on loopback (Ray still opens some ports on all
             # interfaces; docs/ray.md says how to fence a real cluster).
             extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
-            ray.init(address=address, namespace="tfbatch", log_to_driver=bool(Environment.read().ray_logs),
+            ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
                      logging_level=logging.WARNING, **extra)
         try:
             job = _Job(spec, emit, self.options, self.timeline)
