@@ -195,10 +195,8 @@ def discover(root: str | os.PathLike) -> Artifact:
 
 
 def _fs_for(uri: str):
-    try:
-        import fsspec
-    except ImportError:
-        raise DependencyMissing("reading a remote model artifact needs fsspec: pip install fsspec") from None
+    import fsspec
+
     try:
         return fsspec.core.url_to_fs(uri)
     except ImportError as exc:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB
+
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model.tar.gz or model directory (path or URI)")
@@ -19,7 +21,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds before a request is answered 504 (default 60)")
     p.add_argument("--graceful-timeout", type=float, dest="graceful_timeout_s",
                    help="seconds to finish in-flight requests on shutdown (default 30)")
-    p.add_argument("--grpc-max-message-mb", type=int, help="gRPC message size limit (default 512)")
+    p.add_argument("--grpc-max-message-mb", type=int, help=f"gRPC message size limit (default {GRPC_MAX_MESSAGE_MB})")
     p.add_argument("--enable-batching", action="store_true", default=None,
                    help="coalesce concurrent requests into model batches (SAGEMAKER_TFS_ENABLE_BATCHING)")
     p.add_argument("--max-batch-size", type=int, help="SAGEMAKER_TFS_MAX_BATCH_SIZE")

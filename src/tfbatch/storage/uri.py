@@ -135,10 +135,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def _new_filesystem(proto: str) -> Any:
-    try:
-        import fsspec
-    except ImportError as exc:  # pragma: no cover - fsspec is a core dependency
-        raise DependencyMissing("fsspec is required for storage: pip install fsspec") from exc
+    import fsspec
+
     if proto == "s3":
         try:
             import s3fs

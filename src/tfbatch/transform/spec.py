@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from tfbatch.errors import ConfigError
+from tfbatch.settings import MIB
 
 SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
 BatchStrategy = Literal["SingleRecord", "MultiRecord"]
@@ -89,7 +90,7 @@ class TransformSpec(BaseModel):
 
     @property
     def max_payload_bytes(self) -> int | None:
-        return None if self.max_payload_mb == 0 else self.max_payload_mb * 1024 * 1024
+        return None if self.max_payload_mb == 0 else self.max_payload_mb * MIB
 
     def container_env(self) -> dict[str, str]:
         """What the model container sees in a batch job, as SageMaker sets it."""
