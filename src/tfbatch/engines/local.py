@@ -27,6 +27,7 @@ from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class LocalEngine:
     """Implements ``tfbatch.transform.Engine``; the spec's ``instance_count`` is all it needs."""
