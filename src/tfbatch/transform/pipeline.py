@@ -96,7 +96,9 @@ class ObjectPipeline:
         try:
             with open_read(ref.uri) as raw:
                 stream = open_input(raw, self.spec.compression, source=ref.key)
-                records = iter_records(stream, self.spec.split_type, source=ref.key)
+                records = iter_records(
+                    stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit
+                )
                 payloads = form_payloads(
                     records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=ref.key
                 )

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from tfbatch.errors import JobSpecError
+from tfbatch.records.framing import RecordLimit
 
 SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
 BatchStrategy = Literal["SingleRecord", "MultiRecord"]
@@ -35,6 +36,11 @@ class TransformSpec(BaseModel):
     split_type: SplitType = "None"
     batch_strategy: BatchStrategy = "SingleRecord"
     max_payload_mb: int = Field(default=6, ge=0, le=100)
+    # The hard cap on one record when MaxPayloadInMB is 0 (unlimited) or larger: a gzip bomb
+    # or a 2**40 TFRecord length must fail by name, not by exhausting memory.
+    max_record_mb: int = Field(default=100, ge=1, le=4096)
+    # Images larger than this (width * height, read from the header) are refused undecoded.
+    max_image_pixels: int = Field(default=50_000_000, ge=1)
     max_concurrent_transforms: int | None = Field(default=None, ge=1)
     accept: str | None = None
     assemble_with: AssembleWith = "None"
@@ -90,6 +96,15 @@ class TransformSpec(BaseModel):
     @property
     def max_payload_bytes(self) -> int | None:
         return None if self.max_payload_mb == 0 else self.max_payload_mb * 1024 * 1024
+
+    @property
+    def record_limit(self) -> RecordLimit:
+        """The tighter of MaxPayloadInMB and --max-record-mb, named for error messages."""
+        cap = self.max_record_mb * 1024 * 1024
+        payload = self.max_payload_bytes
+        if payload is not None and payload <= cap:
+            return RecordLimit(payload, f"MaxPayloadInMB={self.max_payload_mb}")
+        return RecordLimit(cap, f"--max-record-mb={self.max_record_mb}")
 
     def container_env(self) -> dict[str, str]:
         """What the model container sees in a batch job, as SageMaker sets it."""
@@ -179,7 +194,7 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
 _OUTPUT_FIELDS = {
     "model", "input", "manifest", "content_type", "compression", "split_type", "batch_strategy",
     "max_payload_mb", "accept", "assemble_with", "input_filter", "output_filter", "join_source",
-    "env", "on_error",
+    "env", "on_error", "max_record_mb", "max_image_pixels",
 }
 
 
