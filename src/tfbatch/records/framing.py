@@ -324,6 +324,10 @@ def _iter_recordio(
         too_large = False
         while True:
             part_at = src.offset - len(header)
+            if too_large and len(header) < 8:
+                what = f"RecordIO record of more than {size} bytes, cut off at byte {part_at}"
+                yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                return
             if len(header) < 8:
                 if not header:
                     what = "a multi-part record ends before its last part (cflag 3)"
@@ -360,7 +364,7 @@ def _iter_recordio(
                 parts.clear()
                 raws.clear()
                 if src.skip(padded) < padded:
-                    what = f"RecordIO record of more than {size} bytes, truncated at byte {src.offset}"
+                    what = f"RecordIO record of more than {size} bytes, cut off at byte {src.offset}"
                     yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
                     return
                 if cflag in (0, 3):
