@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from tfbatch.handlers.service import InferenceService
 from tfbatch.handlers.user_code import load_handlers
+from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def build_stack(
     loopback: bool = True,
     workdir: str | None = None,
     grpc_max_message_bytes: int = 512 * 1024 * 1024,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
@@ -77,6 +79,7 @@ def build_stack(
             rest_port=endpoints.rest_port if endpoints else None,
             grpc_port=endpoints.grpc_port if endpoints else None,
             grpc_max_message_bytes=grpc_max_message_bytes,
+            max_image_pixels=max_image_pixels,
         )
     except BaseException:
         if model_server is not None:
