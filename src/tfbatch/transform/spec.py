@@ -73,6 +73,8 @@ class TransformSpec(BaseModel):
     def _one_source(self) -> "TransformSpec":
         if bool(self.input) == bool(self.manifest):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
+        if self.input:
+            _check_output_apart(self.input, self.output)
         return self
 
     @property
@@ -128,6 +130,31 @@ class TransformSpec(BaseModel):
                 f"{'.'.join(str(p) for p in err['loc']) or 'job'}: {err['msg']}" for err in exc.errors()
             )
             raise JobSpecError(f"invalid transform job: {problems}") from None
+
+
+def _check_output_apart(input_prefix: str, output_prefix: str) -> None:
+    """Refuse an output prefix that is the input prefix or contains it.
+
+    The planner skips listed objects that lie under the output prefix (so an output folder
+    *inside* the input works and its ``.out`` files and ``_tfbatch/`` are never re-read);
+    when the output is the input, or above it, that rule would skip every input and the job
+    would report "0/0 succeeded". Nothing useful can come of it, so it is refused up front.
+    """
+    from tfbatch.storage.uri import is_local, normalize
+
+    def folder(uri: str) -> str:
+        path = normalize(uri)
+        if is_local(path):
+            path = os.path.realpath(path)  # a symlinked output folder is still the same folder
+        return path.rstrip("/") + "/"
+
+    inp, out = folder(input_prefix), folder(output_prefix)
+    if inp.startswith(out):
+        where = "is the input prefix" if inp == out else "contains the input prefix"
+        raise ValueError(
+            f"output prefix {output_prefix!r} {where} {input_prefix!r}: outputs and _tfbatch/ would be "
+            "listed as inputs; choose an output prefix outside the input (a folder inside it also works)"
+        )
 
 
 def _get(d: dict, *path: str) -> Any:
