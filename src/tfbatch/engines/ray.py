@@ -204,7 +204,9 @@ class _Job:
         if spec.manifest:
             refs = list_manifest(spec.manifest)
         else:
-            refs = list_prefix(spec.input, page_size=self.options.list_page_size)
+            refs = list_prefix(
+                spec.input, page_size=self.options.list_page_size, follow_symlinks=spec.follow_symlinks
+            )
         out_prefix = normalize(spec.output).rstrip("/") + "/"
         for ref in refs:
             if not ref.uri.startswith(out_prefix):

@@ -28,7 +28,10 @@ def iter_inputs(spec: TransformSpec) -> Iterator[ObjectRef]:
     Objects under the output location are skipped, so an output folder nested inside the
     input prefix does not feed a re-run its own ``.out`` files and ledger.
     """
-    refs = list_manifest(spec.manifest) if spec.manifest else list_prefix(spec.input)
+    if spec.manifest:
+        refs = list_manifest(spec.manifest)
+    else:
+        refs = list_prefix(spec.input, follow_symlinks=spec.follow_symlinks)
     out_prefix = normalize(spec.output).rstrip("/") + "/"
     for ref in refs:
         if ref.uri.startswith(out_prefix):

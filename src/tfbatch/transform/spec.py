@@ -59,6 +59,8 @@ class TransformSpec(BaseModel):
     on_error: OnError = "continue"
     install_requirements: bool = False
     engine: str = "local"
+    # Local input folders: walk into symbolic links to folders (links to files are always listed once).
+    follow_symlinks: bool = False
     # Skip objects the output location's ledger records as finished by this same job.
     resume: bool = True
 
