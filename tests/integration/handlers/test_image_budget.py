@@ -65,3 +65,29 @@ def test_gif_and_empty_bodies_are_400_saying_what_is_accepted(image_server):
     assert resp.status == 400 and "GIF images are not accepted; expected JPEG or PNG" in _error(resp)
     resp = service.invoke(InvocationRequest(body=b"", content_type="image/png"))
     assert resp.status == 400 and "empty object (0 bytes)" in _error(resp)
+
+
+PIL_SCRIPT = """
+    import io
+    from PIL import Image
+
+    def handler(data, context):
+        with Image.open(io.BytesIO(data.read())) as img:
+            img.load()
+            return str(img.size), "text/plain"
+"""
+
+
+def test_script_decoding_a_bomb_with_pil_gets_a_400(write_script, tmp_path, image_server, monkeypatch):
+    from tfbatch.handlers.user_code import load_handlers
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # restored afterwards
+
+    handlers = load_handlers(write_script(tmp_path / "code", PIL_SCRIPT))
+    service = InferenceService(image_server, handlers, max_image_pixels=1_000_000)
+    assert Image.MAX_IMAGE_PIXELS == 1_000_000
+    resp = service.invoke(InvocationRequest(body=png_bomb(3000, 3000), content_type="image/png"))
+    assert resp.status == 400
+    assert _error(resp).startswith("handler: image over the pixel budget")
+    ok = service.invoke(InvocationRequest(body=_png(8), content_type="image/png"))
+    assert ok.status == 200 and ok.body == b"(8, 8)"
