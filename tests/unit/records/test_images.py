@@ -101,3 +101,12 @@ def test_sniff_recognises_magic_only():
     assert sniff(b"GIF89a....") == "GIF"
     assert sniff(b"RIFF\0\0\0\0WEBPVP8 ") == "WEBP"
     assert sniff(b"<html>") is None
+
+
+def test_numeric_tensors_are_not_walked():
+    class Exploding(list):
+        def __iter__(self):
+            raise AssertionError("a numeric tensor was walked element by element")
+
+    tensor = Exploding([[[0.5] * 3] * 4] * 4)
+    check_encoded_images({"instances": tensor, "inputs": {"x": Exploding([1, 2, 3])}}, 10)
