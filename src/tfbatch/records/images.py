@@ -79,7 +79,10 @@ def check_image(
     data: bytes, max_pixels: int, source: str = "body", formats: tuple[str, ...] | None = ACCEPTED_FORMATS
 ) -> ImageHeader:
     """The header, once it is known to be an accepted format within the pixel budget."""
-    header = read_header(data, source)
+    return _admit(read_header(data, source), max_pixels, source, formats)
+
+
+def _admit(header: ImageHeader, max_pixels: int, source: str, formats: tuple[str, ...] | None) -> ImageHeader:
     if formats is not None and header.format not in formats:
         raise InvalidInput(
             f"{source}: {header.format} images are not accepted; expected {' or '.join(formats)}"
@@ -99,14 +102,32 @@ def check_encoded_images(body: Any, max_pixels: int) -> None:
     serialized tf.Example, text) pass, since a string input may carry anything.
     """
     for path, text in _b64_values(body, "request"):
-        head = _b64_prefix(text)
-        if head is None or sniff(head) is None:
-            continue
+        header = _b64_header(text, path)
+        if header is not None:
+            _admit(header, max_pixels, path, None)
+
+
+def _b64_header(text: str, path: str) -> ImageHeader | None:
+    """The header of base64 text holding an image, decoding only as much as the header needs.
+
+    PNG, GIF, BMP and WebP headers sit in the first bytes; a JPEG's frame header follows
+    its metadata segments, so the decoded prefix grows until the header is complete.
+    """
+    want = 4096
+    while True:
+        chars = min(len(text), (want + 2) // 3 * 4)
         try:
-            data = base64.b64decode(text, validate=True)
+            head = base64.b64decode(text[:chars], validate=True)
         except (binascii.Error, ValueError):
-            continue  # the codec names invalid base64 with the input it was meant for
-        check_image(data, max_pixels, path, formats=None)
+            return None  # the codec names invalid base64 with the input it was meant for
+        if sniff(head) is None:
+            return None
+        try:
+            return read_header(head, path)
+        except InvalidInput:
+            if chars >= len(text):
+                raise
+            want *= 8
 
 
 def _b64_values(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -131,13 +152,6 @@ def _numeric(value: list) -> bool:
     while isinstance(value, list) and value:
         value = value[0]
     return isinstance(value, (int, float))
-
-
-def _b64_prefix(text: str) -> bytes | None:
-    try:
-        return base64.b64decode(text[:64], validate=True)
-    except (binascii.Error, ValueError):
-        return None
 
 
 def limit_pil(max_pixels: int) -> None:

@@ -110,3 +110,25 @@ def test_numeric_tensors_are_not_walked():
 
     tensor = Exploding([[[0.5] * 3] * 4] * 4)
     check_encoded_images({"instances": tensor, "inputs": {"x": Exploding([1, 2, 3])}}, 10)
+
+
+@pytest.mark.parametrize("fmt", ["BMP", "WEBP", "GIF"])
+def test_b64_budget_holds_for_every_known_format(fmt):
+    text = base64.b64encode(encode(fmt, 40, 30)).decode()
+    check_encoded_images({"instances": [{"b64": text}]}, 1200)
+    with pytest.raises(InvalidInput, match=f"{fmt} image of 40 x 30 = 1200 pixels"):
+        check_encoded_images({"instances": [{"b64": text}]}, 1199)
+
+
+def test_b64_jpeg_whose_frame_header_is_deep_in_the_file():
+    exif = Image.Exif()
+    exif[0x010E] = "x" * 60000
+    data = bytearray(encode("JPEG", 19, 7, exif=exif.tobytes()))
+    sof = data.index(b"\xff\xc0")
+    assert sof > 60000
+    data[sof + 5 : sof + 9] = struct.pack(">HH", 20000, 20000)
+    with pytest.raises(InvalidInput, match="JPEG image of 20000 x 20000"):
+        check_encoded_images({"inputs": [{"b64": base64.b64encode(bytes(data)).decode()}]}, 10**6)
+    truncated = base64.b64encode(bytes(data[: sof - 10])).decode()
+    with pytest.raises(InvalidInput, match="JPEG header is truncated"):
+        check_encoded_images({"inputs": [{"b64": truncated}]}, 10**6)
