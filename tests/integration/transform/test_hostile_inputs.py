@@ -59,3 +59,35 @@ def test_gzip_bomb_object_fails_by_name_and_the_job_goes_on(tmp_path, linear_mod
     assert error["status"] == 413
     assert error["error"].startswith("bomb.json.gz record 0 at byte 0:")
     assert "record limit of 1048576 bytes (MaxPayloadInMB=1)" in error["error"]
+
+
+def test_symlink_diamond_is_processed_once_and_folder_links_on_request(tmp_path, linear_model):
+    import os
+
+    inp, outside = tmp_path / "in", tmp_path / "shared"
+    (inp / "a").mkdir(parents=True)
+    outside.mkdir()
+    (inp / "a" / "x.json").write_bytes(b"[1, 2, 3]")
+    os.symlink(inp / "a" / "x.json", inp / "alias.json")
+    os.symlink(inp / "a", inp / "a-again")
+    (outside / "s.json").write_bytes(b"[4, 5, 6]")
+    os.symlink(outside, inp / "ext")
+    common = dict(model=str(linear_model), input=str(inp), content_type="application/json")
+    report = run_transform(output=str(tmp_path / "o1"), **common)
+    assert report.ok and report.objects == 1
+    assert sorted(p.name for p in (tmp_path / "o1").rglob("*.out")) == ["x.json.out"]
+    report = run_transform(output=str(tmp_path / "o2"), follow_symlinks=True, **common)
+    assert report.ok and report.objects == 2
+    assert (tmp_path / "o2" / "ext" / "s.json.out").exists()
+
+
+def test_output_prefix_equal_to_input_is_refused_before_any_work(tmp_path, linear_model):
+    from tfbatch.errors import JobSpecError
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "x.json").write_bytes(b"[1, 2, 3]")
+    with pytest.raises(JobSpecError) as info:
+        run_transform(model=str(linear_model), input=str(inp), output=str(inp) + "/", content_type="application/json")
+    assert f"output prefix '{inp}/' is the input prefix '{inp}'" in str(info.value)
+    assert sorted(p.name for p in inp.iterdir()) == ["x.json"]  # no _tfbatch/, no .out
