@@ -5,9 +5,9 @@ that decodes in its graph would do so without anyone noticing. Every place that 
 image to a decoder (PIL in the no-script path, TensorFlow for a string input) first asks
 :func:`check_image`, which reads only the header and refuses what is over the pixel budget.
 
-JPEG and PNG are what the no-script image path accepts: for these two, decoding on the
-host (PIL) and in a model's graph (``tf.io.decode_image``) give the same pixels, which is
-what that path promises. GIF, BMP and WebP headers are still read so that the budget also
+JPEG and PNG are what the no-script image path accepts: these two are read by both the
+host decoder (PIL) and every TensorFlow version's ``tf.io.decode_image``, so an image works
+whichever side decodes it. GIF, BMP and WebP headers are still read so that the budget also
 holds for such bytes inside a JSON request to a string input.
 """
 
