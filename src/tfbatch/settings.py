@@ -112,6 +112,8 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_reader_cpus: Amount = _var("TFBATCH_RAY_READER_CPUS")
     ray_remote_read: Bool = _var("TFBATCH_RAY_REMOTE_READ")
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
+    archive_max_members: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_MEMBERS")
+    archive_max_bytes: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_BYTES")
 
     def given(self, *names: str) -> dict[str, Any]:
         """The fields among ``names`` that the environment sets."""
