@@ -27,6 +27,7 @@ from typing import Any
 
 import uvicorn
 
+from tfbatch.serve.connections import header_timeout_protocol
 from tfbatch.tfs.loopback import bind_socket
 from tfbatch.serve.settings import ServeSettings
 
@@ -81,6 +82,9 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
                 max_workers=settings.grpc_threads,
                 reuse_port=settings.reuse_port,
                 interceptors=[BearerAuthInterceptor(settings.auth_token)] if settings.auth_token else (),
+                max_request_bytes=settings.max_request_bytes,
+                max_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+                timeout_s=settings.request_timeout_s,
             )
         except BaseException:
             stack.close()
@@ -101,7 +105,9 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=settings.graceful_timeout_s,
-        timeout_keep_alive=75,  # above typical load-balancer idle timeouts (60 s)
+        timeout_keep_alive=settings.keep_alive_s,
+        limit_concurrency=settings.max_connections,
+        http=header_timeout_protocol(settings.header_timeout_s),
     )
     # uvicorn re-raises the signal that stopped it once it has drained, under the handler that
     # was installed before it ran; with the default one the process would die right there,
