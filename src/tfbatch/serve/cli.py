@@ -47,13 +47,15 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="pip-install code/requirements.txt before loading code/inference.py")
     p.add_argument("--ready-file", help="write {port, grpc_port, ...} JSON here once serving")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-format", choices=["plain", "json"],
+                   help="plain lines or one JSON object per line (access log fields included)")
 
 
 _RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "num_batch_threads")
 _SERVE_FLAGS = ("host", "port", "grpc_port", "workers", "auth_token", "auth_token_file", "insecure", "max_body_mb",
                 "max_request_mb", "request_timeout_s", "graceful_timeout_s", "grpc_max_message_mb",
                 "grpc_max_concurrent_rpcs", "max_connections", "header_timeout_s", "body_timeout_s",
-                "keep_alive_s", "install_requirements", "log_level")
+                "keep_alive_s", "install_requirements", "log_level", "log_format")
 
 
 def settings_from_args(args: argparse.Namespace, env=None):
@@ -74,8 +76,9 @@ def serve_main(args: argparse.Namespace) -> int:
     from tfbatch.serve.server import run_server
 
     settings = settings_from_args(args)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tfbatch.serve.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if settings.exposed_without_auth:
         logging.getLogger("tfbatch.serve").warning(

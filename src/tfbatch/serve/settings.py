@@ -55,6 +55,7 @@ class ServeSettings(pydantic.BaseModel):
     # Set by the --workers supervisor: each worker process binds the shared ports.
     reuse_port: bool = False
     log_level: str = "info"
+    log_format: str = pydantic.Field("plain", pattern="^(plain|json)$")
     # Batching and threading knobs, as a dict of RuntimeSettings overrides (env fills the rest).
     runtime: dict[str, Any] = pydantic.Field(default_factory=dict)
 

@@ -294,6 +294,7 @@ def start_grpc_server(
     max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
     max_concurrent_rpcs: int | None = None,
     timeout_s: float | None = None,
+    extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
 ) -> tuple[grpc.Server, int]:
     """Start a PredictionService + ModelService server; returns it and its bound port.
 
@@ -316,6 +317,8 @@ def start_grpc_server(
     service = PredictionService(model_server, max_request_bytes=max_request_bytes, timeout_s=timeout_s)
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(model_server), server)
+    if extra_handlers:
+        server.add_generic_rpc_handlers(tuple(extra_handlers))
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:  # grpcio >= 1.5x raises instead of returning 0
