@@ -103,7 +103,7 @@ class ServeMetrics:
             "tfbatch_request_duration_seconds", "HTTP request latency", ["route"],
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )
-        # livesum: the in-flight figure of all live workers added up; max: one series per pid.
+        # livesum: the in-flight figures of all live workers added up.
         self.in_flight = Gauge(
             "tfbatch_requests_in_flight", "HTTP requests being served", registry=self.registry,
             multiprocess_mode="livesum",
@@ -112,10 +112,12 @@ class ServeMetrics:
             "tfbatch_request_body_bytes", "HTTP request body sizes", ["route"],
             buckets=(1e3, 1e4, 1e5, 1e6, 6e6, 1e7, 1e8), registry=self.registry,
         )
-        info = Gauge(
-            "tfbatch_worker_info", "Worker processes", ["pid"], registry=self.registry, multiprocess_mode="max"
-        )
-        info.labels(str(os.getpid())).set(1)
+        if multiprocess():  # the multiprocess collector adds the pid label itself
+            Gauge("tfbatch_worker_info", "Worker processes", registry=self.registry, multiprocess_mode="liveall").set(1)
+        else:
+            Gauge("tfbatch_worker_info", "Worker processes", ["pid"], registry=self.registry).labels(
+                str(os.getpid())
+            ).set(1)
         # What /metrics renders: in multiprocess mode the values come from every worker's files.
         self.scrape_registry = self.registry
         if multiprocess():
