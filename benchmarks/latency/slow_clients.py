@@ -66,6 +66,7 @@ class SlowClients:
         self.interval = interval
         self.closed_by_server = 0
         self.stop = threading.Event()
+        self.all_closed = threading.Event()
         self.thread = threading.Thread(target=self._drive, daemon=True)
         self.thread.start()
 
@@ -92,6 +93,8 @@ class SlowClients:
             live = still
             i += 1
             self.stop.wait(self.interval)
+        if not live:
+            self.all_closed.set()
 
     def close(self) -> None:
         self.stop.set()
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--normal", type=int, default=64)
     p.add_argument("--per-client", type=int, default=20)
     p.add_argument("--byte-interval", type=float, default=0.5)
-    p.add_argument("--header-timeout", type=float, default=10.0)
+    p.add_argument("--header-timeout", type=float, default=5.0)
     p.add_argument("--out", help="folder for slow_clients.json")
     args = p.parse_args(argv)
 
@@ -127,11 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         server = Server(_model(workdir), workdir, ["--header-timeout", str(args.header_timeout)], {})
         try:
-            _normal_latencies(server.url, 4, 5)  # warm-up
+            _normal_latencies(server.url, args.normal, 3)  # warm-up: connections, threads, the model
             alone, errors_alone = _normal_latencies(server.url, args.normal, args.per_client)
             port = int(server.url.rsplit(":", 1)[1])
             slow = SlowClients(port, args.slow, args.byte_interval)
             loaded, errors_loaded = _normal_latencies(server.url, args.normal, args.per_client)
+            # The server must close every dribbling connection on its own (header timeout).
+            slow.all_closed.wait(args.header_timeout + 30)
             slow.close()
             alive = server.proc.poll() is None
         finally:
