@@ -168,7 +168,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.max_request_bytes = max_request_bytes
         self.timeout_s = timeout_s
 
-    def _run_examples(self, request, method: str):
+    def _run_examples(self, request, method: str, context=None):
         started = time.monotonic()
         spec = request.model_spec
         servable = self.model_server.resolve(spec.name or None, _version(spec))
@@ -213,7 +213,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_guarded
     def Classify(self, request, context):
-        servable, sig_name, outputs = self._run_examples(request, CLASSIFY_METHOD)
+        servable, sig_name, outputs = self._run_examples(request, CLASSIFY_METHOD, context)
         classes, scores = outputs.get("classes"), outputs.get("scores")
         if classes is None and scores is None:
             raise InvalidInput(f"classify signature '{sig_name}' has neither 'classes' nor 'scores' outputs")
@@ -235,7 +235,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_guarded
     def Regress(self, request, context):
-        servable, sig_name, outputs = self._run_examples(request, REGRESS_METHOD)
+        servable, sig_name, outputs = self._run_examples(request, REGRESS_METHOD, context)
         if "outputs" in outputs:
             values = outputs["outputs"]
         elif len(outputs) == 1:

@@ -100,3 +100,25 @@ def test_legitimate_tensors_still_decode():
     proto.tensor_shape.dim.add(size=3)
     proto.tensor_shape.dim.add(size=4)
     np.testing.assert_array_equal(to_ndarray(proto, "x", max_bytes=x.nbytes), x)
+
+
+def test_grpc_refuses_to_start_model_work_past_the_server_deadline(model_server):
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    from tfbatch.tfs.grpc_service import start_grpc_server
+
+    # A deadline that has always passed by the time inputs are decoded: the model never runs.
+    server, port = start_grpc_server(model_server, timeout_s=1e-9)
+    try:
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "linear"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(np.ones((1, 3), np.float32)))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.RpcError) as info:
+                prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=60)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "--request-timeout" in info.value.details()
+    finally:
+        server.stop(0)
