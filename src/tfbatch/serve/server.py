@@ -73,6 +73,13 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
     )
     model_server, service = stack.model_server, stack.service
+    try:
+        from tfbatch.serve.warmup import warm_up
+
+        warm_up(model_server, max_request_bytes=settings.max_request_bytes)  # before anything listens
+    except BaseException:
+        stack.close()
+        raise
 
     grpc_server, grpc_port = None, None
     # NOT_SERVING until HTTP listens too, and again from the moment shutdown starts draining.
