@@ -22,7 +22,10 @@ from tfbatch.errors import ConfigError
 MIB = 1024 * 1024
 # gRPC's message cap, TF Serving's default as well: the endpoint, the loopback endpoint a
 # batch job opens for handler scripts, and the handler context all use it.
-GRPC_MAX_MESSAGE_MB = 512
+# The default HTTP body limit; gRPC's message limit and a request's decoded-tensor budget default
+# to the same figure so both protocols accept the same requests.
+MAX_BODY_MB = 100
+GRPC_MAX_MESSAGE_MB = MAX_BODY_MB
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
@@ -79,6 +82,17 @@ NonNegativeInt = Annotated[int | None, pydantic.BeforeValidator(lambda v: None i
 Port = Annotated[int | None, pydantic.BeforeValidator(_optional(_integer(0, 65535)))]
 Name = Annotated[str | None, pydantic.BeforeValidator(lambda v: (v.strip() or None) if isinstance(v, str) else v)]
 Text = Annotated[str | None, pydantic.BeforeValidator(_optional(str))]
+
+
+def _token(value: Any) -> str | None:
+    # Unlike other variables, a set-but-empty token is an error: taken as "not set" it would
+    # silently turn authentication off.
+    if value is not None and _blank(value):
+        raise ValueError("the auth token is empty; give a non-empty token or none at all")
+    return value
+
+
+Token = Annotated[str | None, pydantic.BeforeValidator(_token)]
 Amount = Annotated[float | None, pydantic.BeforeValidator(_optional(_non_negative_float))]
 
 
@@ -105,7 +119,8 @@ class EnvironmentValues(pydantic.BaseModel):
     batch_job: Bool = _var("SAGEMAKER_BATCH")
     # tfbatch's own
     batch_idle_dispatch: Bool = _var("TFBATCH_BATCH_IDLE_DISPATCH")
-    auth_token: Text = _var("TFBATCH_AUTH_TOKEN")
+    auth_token: Token = _var("TFBATCH_AUTH_TOKEN")
+    auth_token_file: Text = _var("TFBATCH_AUTH_TOKEN_FILE")
     ray_address: Text = _var("TFBATCH_RAY_ADDRESS")
     ray_gpus_per_instance: Amount = _var("TFBATCH_RAY_GPUS_PER_INSTANCE")
     ray_cpus_per_instance: Amount = _var("TFBATCH_RAY_CPUS_PER_INSTANCE")

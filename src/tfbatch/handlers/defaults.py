@@ -64,6 +64,8 @@ def json_request(body: bytes, content_type: str | None) -> dict:
             value = json.loads(_decode_text(body, "application/json"))
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"application/json body is not valid JSON: {exc}") from exc
+        except RecursionError:  # a hostile body of nested brackets: the client's fault, not a 500
+            raise InvalidInput("application/json body nests arrays/objects too deeply") from None
         if isinstance(value, dict) and any(k in value for k in _PASS_THROUGH_KEYS):
             return value
         return {"instances": [value]}
@@ -76,6 +78,8 @@ def json_request(body: bytes, content_type: str | None) -> dict:
                 instances.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise InvalidInput(f"{mt} body line {n} is not valid JSON: {exc}") from exc
+            except RecursionError:
+                raise InvalidInput(f"{mt} body line {n} nests arrays/objects too deeply") from None
         return {"instances": instances}
     if mt in CSV_TYPES:
         rows = csv.reader(io.StringIO(_decode_text(body, "text/csv")))

@@ -65,4 +65,8 @@ def loads(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except RecursionError:  # nesting orjson refused too: report it as bad JSON, never a crash
+        text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+        raise json.JSONDecodeError("arrays/objects nested too deeply", text, 0) from None

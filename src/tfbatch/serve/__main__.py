@@ -18,9 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--ready-file")
         args = p.parse_args(argv[1:])
         settings = ServeSettings.model_validate_json(os.environ[SETTINGS_ENV])
-        import logging
+        from tfbatch.serve.logs import configure_logging
 
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(settings.log_level, settings.log_format)
         return run_worker(args.model, settings, ready_file=args.ready_file)
 
     from tfbatch.serve.cli import add_serve_arguments, serve_main

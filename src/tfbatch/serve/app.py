@@ -142,7 +142,7 @@ def build_app(
     endpoints = EndpointRoutes(service, settings, metrics, limiters, ready)
     app: Any = Starlette(routes=endpoints.routes() + tfs_routes(service.model_server, limiters))
     app = TimeoutMiddleware(app, settings.request_timeout_s)
-    app = BodyLimitMiddleware(app, settings.max_body_bytes)
+    app = BodyLimitMiddleware(app, settings.max_body_bytes, settings.body_timeout_s)
     if settings.auth_token:
         app = BearerAuthMiddleware(app, settings.auth_token)
     return MetricsMiddleware(app, metrics)

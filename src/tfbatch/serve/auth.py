@@ -1,6 +1,8 @@
-"""Optional bearer-token authentication: every HTTP route but ``/ping``, and every gRPC call.
+"""Optional bearer-token authentication: every HTTP route but ``/ping``, and every gRPC call
+but the health service's.
 
-``/ping`` stays open because load balancers and orchestrators probe it without credentials.
+``/ping`` and gRPC health stay open because load balancers and orchestrators probe them
+without credentials.
 Tokens are compared in constant time.
 """
 
@@ -14,6 +16,8 @@ import grpc
 from tfbatch.errors import Unauthorized
 
 OPEN_PATHS = frozenset({"/ping"})
+# gRPC's counterpart of /ping: health probes carry no credentials either.
+OPEN_GRPC_PREFIX = "/grpc.health.v1.Health/"
 
 
 def _token_ok(header: str | None, token: str) -> bool:
@@ -71,6 +75,8 @@ class BearerAuthInterceptor(grpc.ServerInterceptor):
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
     def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method.startswith(OPEN_GRPC_PREFIX):
+            return continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         if _token_ok(metadata.get("authorization"), self.token):
             return continuation(handler_call_details)

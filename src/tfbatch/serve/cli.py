@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB
+from tfbatch.settings import MAX_BODY_MB
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,14 +14,31 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help="HTTP port (default SAGEMAKER_BIND_TO_PORT or 8080; 0 = any free)")
     p.add_argument("--grpc-port", type=int, help="TF Serving gRPC port (default 9000; 0 = any free; -1 = off)")
     p.add_argument("--workers", type=int, help="worker processes sharing the ports (default 1)")
-    p.add_argument("--auth-token", help="require 'Authorization: Bearer TOKEN' on every route but /ping "
-                   "(default TFBATCH_AUTH_TOKEN)")
-    p.add_argument("--max-body-mb", type=float, help="request body limit; larger bodies get 413 (default 100)")
+    p.add_argument("--auth-token", help="require 'Authorization: Bearer TOKEN' on every route but /ping, every "
+                   "gRPC call but health (default TFBATCH_AUTH_TOKEN; visible in ps: prefer --auth-token-file)")
+    p.add_argument("--auth-token-file", help="read the token from this file (default TFBATCH_AUTH_TOKEN_FILE)")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="accept serving a non-loopback address without a token, without the warning")
+    p.add_argument("--max-body-mb", type=float, help="request body limit; larger bodies get 413 (default %d)" % MAX_BODY_MB)
+    p.add_argument("--sagemaker-body-limit", action="store_true",
+                   help="strict mode: SageMaker Runtime's 6 MB body limit (413 above it)")
+    p.add_argument("--max-request-mb", type=float,
+                   help="what one request's input tensors may decode to, checked before allocating (default %d)" % MAX_BODY_MB)
+    p.add_argument("--max-connections", type=int, help="HTTP connections + requests in progress before 503 "
+                   "(default 1024)")
+    p.add_argument("--header-timeout", type=float, dest="header_timeout_s",
+                   help="seconds a request's headers may take to arrive before the connection closes (default 10)")
+    p.add_argument("--body-timeout", type=float, dest="body_timeout_s",
+                   help="seconds a request body may stall before 408 (default 30)")
+    p.add_argument("--keep-alive-timeout", type=float, dest="keep_alive_s",
+                   help="seconds an idle kept-alive connection stays open (default 75)")
+    p.add_argument("--grpc-max-concurrent-rpcs", type=int,
+                   help="gRPC calls running + queued before RESOURCE_EXHAUSTED (default 2 x gRPC threads)")
     p.add_argument("--request-timeout", type=float, dest="request_timeout_s",
                    help="seconds before a request is answered 504 (default 60)")
     p.add_argument("--graceful-timeout", type=float, dest="graceful_timeout_s",
                    help="seconds to finish in-flight requests on shutdown (default 30)")
-    p.add_argument("--grpc-max-message-mb", type=int, help=f"gRPC message size limit (default {GRPC_MAX_MESSAGE_MB})")
+    p.add_argument("--grpc-max-message-mb", type=float, help="gRPC message size limit (default: --max-body-mb)")
     p.add_argument("--enable-batching", action="store_true", default=None,
                    help="coalesce concurrent requests into model batches (SAGEMAKER_TFS_ENABLE_BATCHING)")
     p.add_argument("--max-batch-size", type=int, help="SAGEMAKER_TFS_MAX_BATCH_SIZE")
@@ -31,11 +48,15 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="pip-install code/requirements.txt before loading code/inference.py")
     p.add_argument("--ready-file", help="write {port, grpc_port, ...} JSON here once serving")
     p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-format", choices=["plain", "json"],
+                   help="plain lines or one JSON object per line (access log fields included)")
 
 
 _RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "num_batch_threads")
-_SERVE_FLAGS = ("host", "port", "grpc_port", "workers", "auth_token", "max_body_mb", "request_timeout_s",
-                "graceful_timeout_s", "grpc_max_message_mb", "install_requirements", "log_level")
+_SERVE_FLAGS = ("host", "port", "grpc_port", "workers", "auth_token", "auth_token_file", "insecure", "max_body_mb",
+                "max_request_mb", "request_timeout_s", "graceful_timeout_s", "grpc_max_message_mb",
+                "grpc_max_concurrent_rpcs", "max_connections", "header_timeout_s", "body_timeout_s",
+                "keep_alive_s", "install_requirements", "log_level", "log_format")
 
 
 def settings_from_args(args: argparse.Namespace, env=None):
@@ -43,6 +64,10 @@ def settings_from_args(args: argparse.Namespace, env=None):
 
     runtime = {k: getattr(args, k) for k in _RUNTIME_FLAGS if getattr(args, k, None) is not None}
     overrides = {k: getattr(args, k, None) for k in _SERVE_FLAGS}
+    if getattr(args, "sagemaker_body_limit", False):
+        from tfbatch.serve.settings import SAGEMAKER_MAX_BODY_MB
+
+        overrides["max_body_mb"] = SAGEMAKER_MAX_BODY_MB
     return ServeSettings.from_env(env, runtime=runtime, **overrides)
 
 
@@ -52,9 +77,15 @@ def serve_main(args: argparse.Namespace) -> int:
     from tfbatch.serve.server import run_server
 
     settings = settings_from_args(args)
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tfbatch.serve.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if settings.exposed_without_auth:
+        logging.getLogger("tfbatch.serve").warning(
+            "serving %s without an auth token: anyone who can reach it can call the model; set "
+            "--auth-token-file or TFBATCH_AUTH_TOKEN, or pass --insecure to accept this", settings.host,
+        )
     return run_server(args.model, settings, ready_file=args.ready_file)
 
 

@@ -24,10 +24,18 @@ async def send_error(send, err: TfbatchError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class BodyReadTimeout(TfbatchError):
+    status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: Any, max_bytes: int):
+    """413 above ``max_bytes``; 408 when the body stalls for ``read_timeout_s`` between chunks."""
+
+    def __init__(self, app: Any, max_bytes: int, read_timeout_s: float | None = None):
         self.app = app
         self.max_bytes = max_bytes
+        self.read_timeout_s = read_timeout_s
 
     def _error(self, size: str) -> PayloadTooLarge:
         return PayloadTooLarge(
@@ -46,9 +54,19 @@ class BodyLimitMiddleware:
         received = 0
         started = False
 
+        body_done = False
+
         async def limited_receive():
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # later receives wait for a disconnect, which may rightly take long
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.read_timeout_s)
+            except asyncio.TimeoutError:
+                raise BodyReadTimeout(
+                    f"the request body stalled for {self.read_timeout_s:g} s (--body-timeout)"
+                ) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
@@ -63,7 +81,7 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except PayloadTooLarge as err:
+        except (PayloadTooLarge, BodyReadTimeout) as err:
             if not started:
                 await send_error(send, err)
 

@@ -1,25 +1,41 @@
 """Prometheus metrics for the endpoint: requests, latency, errors, in-flight, batching.
 
 Each app gets its own CollectorRegistry (tests build several apps in one process). With
-``--workers N`` every worker process keeps its own counters and ``/metrics`` answers for the
-worker that took the scrape; the ``pid`` label on ``tfbatch_worker_info`` says which.
-Batcher figures (batch sizes, queue depth) are read from ``ModelServer.batcher_stats()``
-at scrape time, so the hot path pays nothing for them.
+``--workers N`` the supervisor gives every worker one ``PROMETHEUS_MULTIPROC_DIR``; counters
+and histograms then live in files there and any worker's ``/metrics`` answers for all of them
+(prometheus-client's multiprocess mode). Batcher figures (batch sizes, queue depth) are read
+from ``ModelServer.batcher_stats()`` at scrape time, so the hot path pays nothing for them;
+they are the scraped worker's own. Label values come from fixed sets: a client's
+path or method never creates a new series.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import uuid
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from tfbatch.serve.logs import log_access
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 KNOWN_ROUTES = ("/ping", "/invocations", "/execution-parameters", "/metrics")
+KNOWN_METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"})
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def method_label(method: str) -> str:
+    """HTTP methods are arbitrary tokens a client chooses; anything unusual is "other"."""
+    return method if method in KNOWN_METHODS else "other"
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
 
 
 def route_label(path: str) -> str:
@@ -87,18 +103,33 @@ class ServeMetrics:
             "tfbatch_request_duration_seconds", "HTTP request latency", ["route"],
             buckets=LATENCY_BUCKETS, registry=self.registry,
         )
-        self.in_flight = Gauge("tfbatch_requests_in_flight", "HTTP requests being served", registry=self.registry)
+        # livesum: the in-flight figures of all live workers added up.
+        self.in_flight = Gauge(
+            "tfbatch_requests_in_flight", "HTTP requests being served", registry=self.registry,
+            multiprocess_mode="livesum",
+        )
         self.request_rows = Histogram(
             "tfbatch_request_body_bytes", "HTTP request body sizes", ["route"],
             buckets=(1e3, 1e4, 1e5, 1e6, 6e6, 1e7, 1e8), registry=self.registry,
         )
-        info = Gauge("tfbatch_worker_info", "This worker process", ["pid"], registry=self.registry)
-        info.labels(str(os.getpid())).set(1)
+        if multiprocess():  # the multiprocess collector adds the pid label itself
+            Gauge("tfbatch_worker_info", "Worker processes", registry=self.registry, multiprocess_mode="liveall").set(1)
+        else:
+            Gauge("tfbatch_worker_info", "Worker processes", ["pid"], registry=self.registry).labels(
+                str(os.getpid())
+            ).set(1)
+        # What /metrics renders: in multiprocess mode the values come from every worker's files.
+        self.scrape_registry = self.registry
+        if multiprocess():
+            from prometheus_client import multiprocess as mp
+
+            self.scrape_registry = CollectorRegistry()
+            mp.MultiProcessCollector(self.scrape_registry)
         if model_server is not None:
-            self.registry.register(_BatcherCollector(model_server))
+            self.scrape_registry.register(_BatcherCollector(model_server))
 
     def observe(self, route: str, method: str, status: int, seconds: float, body_bytes: int | None) -> None:
-        self.requests.labels(route, method, str(status)).inc()
+        self.requests.labels(route, method_label(method), str(status)).inc()
         self.latency.labels(route).observe(seconds)
         if status >= 400:
             self.errors.labels(route, str(status)).inc()
@@ -106,11 +137,15 @@ class ServeMetrics:
             self.request_rows.labels(route).observe(body_bytes)
 
     def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.scrape_registry), CONTENT_TYPE_LATEST
 
 
 class MetricsMiddleware:
-    """Pure ASGI (no BaseHTTPMiddleware): counts and times every HTTP request."""
+    """Pure ASGI (no BaseHTTPMiddleware): counts, times and access-logs every HTTP request.
+
+    Every answer carries an ``x-request-id``: the client's own when it sent a sane one, else a
+    fresh one, so a client's report and the access log meet on the same id.
+    """
 
     def __init__(self, app: Any, metrics: ServeMetrics):
         self.app = app
@@ -123,14 +158,22 @@ class MetricsMiddleware:
         start = time.perf_counter()
         status = 500
         body_bytes = None
+        request_id = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 body_bytes = int(value) if value.isdigit() else None
+            elif name == b"x-request-id" and 0 < len(value) <= 128 and value.isascii():
+                request_id = value.decode("ascii")
+        request_id = request_id or uuid.uuid4().hex
+        sent = 0
 
         async def send_wrapper(message):
-            nonlocal status
+            nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message = dict(message, headers=[*message.get("headers", ()), (b"x-request-id", request_id.encode())])
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -138,6 +181,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.observe(
-                route_label(scope["path"]), scope["method"], status, time.perf_counter() - start, body_bytes
-            )
+            seconds = time.perf_counter() - start
+            route = route_label(scope["path"])
+            self.metrics.observe(route, scope["method"], status, seconds, body_bytes)
+            log_access(request_id, method_label(scope["method"]), scope["path"][:512], status, sent, seconds)

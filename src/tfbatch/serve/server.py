@@ -21,12 +21,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from tfbatch.serve.connections import header_timeout_protocol
+from tfbatch.serve.metrics import MULTIPROC_ENV
 from tfbatch.tfs.loopback import bind_socket
 from tfbatch.serve.settings import ServeSettings
 
@@ -60,6 +63,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     from tfbatch.handlers.stack import build_stack
     from tfbatch.serve.app import build_app
     from tfbatch.serve.auth import BearerAuthInterceptor
+    from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthService
     from tfbatch.tfs.grpc_service import start_grpc_server
 
     # Handler scripts reach the models through the stack's own loopback endpoints (no token,
@@ -68,9 +72,11 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
         grpc_max_message_bytes=settings.grpc_max_message_bytes,
     )
-    model_server, service = stack.model_server, stack.service
+    model_server, service = stack.model_server, stack.service  # warmed up by build_stack, before anything listens
 
     grpc_server, grpc_port = None, None
+    # NOT_SERVING until HTTP listens too, and again from the moment shutdown starts draining.
+    health = HealthService(services=("", "tensorflow.serving.PredictionService"))
     if settings.grpc_port >= 0:
         try:
             grpc_server, grpc_port = start_grpc_server(
@@ -81,6 +87,10 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
                 max_workers=settings.grpc_threads,
                 reuse_port=settings.reuse_port,
                 interceptors=[BearerAuthInterceptor(settings.auth_token)] if settings.auth_token else (),
+                max_request_bytes=settings.max_request_bytes,
+                max_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+                timeout_s=settings.request_timeout_s,
+                extra_handlers=[health.handler()],
             )
         except BaseException:
             stack.close()
@@ -93,6 +103,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     def started() -> None:
         log.info("tfbatch serve: http://%s:%s (gRPC port %s), models %s", settings.host, port, grpc_port, info["models"])
         print(f"tfbatch serve: listening on http://{settings.host}:{port} grpc={grpc_port}", flush=True)
+        health.set(SERVING)
         _write_ready(ready_file, info)
 
     config = uvicorn.Config(
@@ -101,7 +112,9 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=settings.graceful_timeout_s,
-        timeout_keep_alive=75,  # above typical load-balancer idle timeouts (60 s)
+        timeout_keep_alive=settings.keep_alive_s,
+        limit_concurrency=settings.max_connections,
+        http=header_timeout_protocol(settings.header_timeout_s),
     )
     # uvicorn re-raises the signal that stopped it once it has drained, under the handler that
     # was installed before it ran; with the default one the process would die right there,
@@ -112,6 +125,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        health.set(NOT_SERVING)
         if grpc_server is not None:
             grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
         stack.close()
@@ -144,14 +158,29 @@ class Supervisor:
         self.settings = settings.model_copy(update={"port": port, "grpc_port": grpc_port, "reuse_port": True})
         self.children: dict[int, subprocess.Popen] = {}
         self._stopping = False
+        # One metrics directory for all workers, so any worker's /metrics counts every worker's
+        # requests; a fresh one per run, since stale files would add a previous run's counts.
+        self._metrics_dir = None
+        if not os.environ.get(MULTIPROC_ENV):
+            self._metrics_dir = tempfile.TemporaryDirectory(prefix="tfbatch-metrics-")
 
     def _reserve(self, host: str) -> int:
         sock = bind_socket(host, 0, reuse_port=True)
         self._reserved.append(sock)
         return sock.getsockname()[1]
 
+    def _forget_worker_metrics(self, pid: int) -> None:
+        """A dead worker's live gauges (its in-flight count) must stop counting."""
+        from prometheus_client import multiprocess
+
+        directory = self._metrics_dir.name if self._metrics_dir is not None else os.environ.get(MULTIPROC_ENV)
+        if directory:
+            multiprocess.mark_process_dead(pid, directory)
+
     def _spawn(self, index: int) -> subprocess.Popen:
         env = dict(os.environ, **{SETTINGS_ENV: self.settings.model_dump_json()})
+        if self._metrics_dir is not None:
+            env[MULTIPROC_ENV] = self._metrics_dir.name
         cmd = [sys.executable, "-m", "tfbatch.serve", "--worker", self.model_uri]
         if self.ready_file:
             cmd += ["--ready-file", f"{self.ready_file}.worker{index}"]
@@ -180,6 +209,7 @@ class Supervisor:
                     code = child.poll()
                     if code is None or self._stopping:
                         continue
+                    self._forget_worker_metrics(child.pid)
                     restarts += 1
                     if restarts > self.MAX_RESTARTS:
                         log.error("worker %d exited with %s; too many restarts, stopping", i, code)
@@ -195,4 +225,6 @@ class Supervisor:
                 signal.signal(s, handler)
             for sock in self._reserved:
                 sock.close()
+            if self._metrics_dir is not None:
+                self._metrics_dir.cleanup()
         return 0 if restarts <= self.MAX_RESTARTS else 1

@@ -92,7 +92,7 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
                 f"'inputs' is a plain value, but signature {sig.name!r} has several inputs {names}: "
                 f"send an object keyed by input name"
             )
-        return {names[0]: _to_array(inputs, sig.inputs[names[0]], sig.name)}
+        return {names[0]: _column(inputs, sig.inputs[names[0]], sig.name)}
     missing = [k for k in names if k not in inputs]
     unknown = sorted(k for k in inputs if k not in sig.inputs)
     if missing or unknown:
@@ -102,7 +102,14 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
         raise errors.InvalidInput(
             f"'inputs' object does not match signature {sig.name!r}: {detail}; expected inputs {names}"
         )
-    return {k: _to_array(inputs[k], sig.inputs[k], sig.name) for k in names}
+    return {k: _column(inputs[k], sig.inputs[k], sig.name) for k in names}
+
+
+def _column(value: Any, info: TensorInfo, sig_name: str) -> np.ndarray:
+    try:
+        return _to_array(value, info, sig_name)
+    except _Ragged:  # a client's uneven lists are a bad request, never a 500
+        raise errors.InvalidInput(f"'inputs' value for {info.key!r}: nested lists of uneven lengths") from None
 
 
 def _stack(values: list[Any], info: TensorInfo, sig_name: str) -> np.ndarray:

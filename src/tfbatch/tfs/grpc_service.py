@@ -9,6 +9,7 @@ Handler scripts written for the SageMaker TFS container build a ``PredictionServ
 from __future__ import annotations
 
 import logging
+import time
 from concurrent import futures
 from typing import Any, Callable, Sequence
 
@@ -27,15 +28,17 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
+from tfbatch.errors import InvalidInput, NotFound, RequestTimeout, TfbatchError, from_exception
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MAX_BODY_MB, MIB
 from tfbatch.tfs.api import TfsApi
-from tfbatch.tfs.tensors import dtype_enum, from_ndarray, shape_proto, to_ndarray
+from tfbatch.tfs.tensors import check_budget, dtype_enum, from_ndarray, shape_proto, to_ndarray
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = GRPC_MAX_MESSAGE_MB * MIB
+# What a request's input tensors may decode to in total (a shape plus one value fills a tensor).
+DEFAULT_MAX_REQUEST_BYTES = MAX_BODY_MB * MIB
 DEFAULT_SIGNATURE = "serving_default"
 
 
@@ -137,11 +140,36 @@ def signature_def_map(servable: Any) -> get_model_metadata_pb2.SignatureDefMap:
     return out
 
 
-class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, model_server: Any):
-        self.model_server = model_server
+def _check_deadline(context: grpc.ServicerContext, started: float, timeout_s: float | None) -> None:
+    """Refuse to start model work for a call whose client deadline or the server's has passed.
 
-    def _run_examples(self, request, method: str):
+    Work already running is never interrupted (a thread cannot be killed); it keeps its
+    executor thread, so ``max_workers`` counts model work, timed-out calls included.
+    """
+    remaining = context.time_remaining() if context is not None else None
+    if remaining is not None and remaining <= 0:
+        raise RequestTimeout("the call's deadline passed before its model work could start")
+    if timeout_s is not None and time.monotonic() - started > timeout_s:
+        raise RequestTimeout(
+            f"the call waited longer than the server's deadline of {timeout_s:g} s (--request-timeout) "
+            "before its model work could start"
+        )
+
+
+class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(
+        self,
+        model_server: Any,
+        *,
+        max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
+        timeout_s: float | None = None,
+    ):
+        self.model_server = model_server
+        self.max_request_bytes = max_request_bytes
+        self.timeout_s = timeout_s
+
+    def _run_examples(self, request, method: str, context=None):
+        started = time.monotonic()
         spec = request.model_spec
         servable = self.model_server.resolve(spec.name or None, _version(spec))
         sig_name = pick_signature(servable, spec.signature_name, method)
@@ -149,8 +177,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         if len(sig.inputs) != 1:
             raise InvalidInput(f"signature '{sig_name}' must take one input of serialized Examples")
         (key,) = sig.inputs
+        examples = _serialized_examples(request.input)
+        _check_deadline(context, started, self.timeout_s)
         outputs = self.model_server.run(
-            {key: _serialized_examples(request.input)}, servable.name, servable.version, sig_name
+            {key: examples}, servable.name, servable.version, sig_name
         )
         return servable, sig_name, outputs
 
@@ -164,7 +194,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 f"model '{servable.name}' version {servable.version} has no signature '{sig_name}'; "
                 f"it has {sorted(servable.signatures)}"
             )
+        started = time.monotonic()
+        check_budget(request.inputs.items(), self.max_request_bytes)
         inputs = {key: to_ndarray(proto, key) for key, proto in request.inputs.items()}
+        _check_deadline(context, started, self.timeout_s)
         outputs = self.model_server.run(inputs, servable.name, servable.version, sig_name)
         wanted = list(request.output_filter) or list(outputs)
         missing = [k for k in wanted if k not in outputs]
@@ -180,7 +213,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_guarded
     def Classify(self, request, context):
-        servable, sig_name, outputs = self._run_examples(request, CLASSIFY_METHOD)
+        servable, sig_name, outputs = self._run_examples(request, CLASSIFY_METHOD, context)
         classes, scores = outputs.get("classes"), outputs.get("scores")
         if classes is None and scores is None:
             raise InvalidInput(f"classify signature '{sig_name}' has neither 'classes' nor 'scores' outputs")
@@ -202,7 +235,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_guarded
     def Regress(self, request, context):
-        servable, sig_name, outputs = self._run_examples(request, REGRESS_METHOD)
+        servable, sig_name, outputs = self._run_examples(request, REGRESS_METHOD, context)
         if "outputs" in outputs:
             values = outputs["outputs"]
         elif len(outputs) == 1:
@@ -258,8 +291,17 @@ def start_grpc_server(
     max_workers: int = 16,
     reuse_port: bool = False,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
+    max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
+    max_concurrent_rpcs: int | None = None,
+    timeout_s: float | None = None,
+    extra_handlers: Sequence[grpc.GenericRpcHandler] = (),
 ) -> tuple[grpc.Server, int]:
-    """Start a PredictionService + ModelService server; returns it and its bound port."""
+    """Start a PredictionService + ModelService server; returns it and its bound port.
+
+    ``max_concurrent_rpcs`` bounds calls running plus queued for a thread; beyond it gRPC
+    answers RESOURCE_EXHAUSTED at once instead of queueing without limit. Default: twice
+    ``max_workers``.
+    """
     options = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -270,9 +312,13 @@ def start_grpc_server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="tfbatch-grpc"),
         options=options,
         interceptors=list(interceptors),
+        maximum_concurrent_rpcs=max_concurrent_rpcs or 2 * max_workers,
     )
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionService(model_server), server)
+    service = PredictionService(model_server, max_request_bytes=max_request_bytes, timeout_s=timeout_s)
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(model_server), server)
+    if extra_handlers:
+        server.add_generic_rpc_handlers(tuple(extra_handlers))
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:  # grpcio >= 1.5x raises instead of returning 0

@@ -8,6 +8,8 @@ rarer (half precision in ``half_val``, complex, bfloat16, resources) falls back 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
@@ -45,14 +47,66 @@ _VAL_FIELD = {
 }
 
 
-def _shape(proto: tensor_pb2.TensorProto) -> tuple[int, ...]:
-    return tuple(d.size for d in proto.tensor_shape.dim)
+# Bytes per element of the dtypes that go through TensorFlow's own decoder; anything not listed
+# is charged 16 bytes (the widest, complex128) so the budget errs on the side of refusing.
+_FALLBACK_ITEMSIZE = {types_pb2.DT_BFLOAT16: 2, types_pb2.DT_COMPLEX64: 8, types_pb2.DT_COMPLEX128: 16}
+# A string tensor costs one object pointer per element even when every element is one shared value.
+_STRING_ITEMSIZE = 8
 
 
-def to_ndarray(proto: tensor_pb2.TensorProto, key: str = "") -> np.ndarray:
-    """A TensorProto as a numpy array (strings as an object array of bytes)."""
-    shape = _shape(proto)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+def _shape(proto: tensor_pb2.TensorProto, key: str) -> tuple[int, ...]:
+    if proto.tensor_shape.unknown_rank:
+        raise InvalidInput(f"input '{key}': a request tensor must have a known shape")
+    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if any(size < 0 for size in shape):
+        raise InvalidInput(f"input '{key}': shape {list(shape)} has a negative dimension")
+    return shape
+
+
+def _itemsize(dt: int) -> int:
+    if dt == types_pb2.DT_STRING:
+        return _STRING_ITEMSIZE
+    dtype = _NUMPY_BY_DT.get(dt)
+    return dtype.itemsize if dtype is not None else _FALLBACK_ITEMSIZE.get(dt, 16)
+
+
+def decoded_nbytes(proto: tensor_pb2.TensorProto, key: str = "") -> int:
+    """What decoding ``proto`` will allocate, from its header alone (no element is touched).
+
+    A TensorProto's wire size says nothing about its decoded size: a shape plus one value
+    fills the whole tensor, so 22 bytes can ask for a GiB. Callers compare this to their
+    budget before :func:`to_ndarray` allocates anything.
+    """
+    shape = _shape(proto, key)
+    # math.prod on Python ints: np.prod in int64 wraps around and can make a huge shape look small.
+    return math.prod(shape) * _itemsize(proto.dtype)
+
+
+def check_budget(protos, max_bytes: int | None) -> None:
+    """Refuse a request whose tensors would decode to more than ``max_bytes`` in total."""
+    if max_bytes is None:
+        return
+    total = 0
+    for key, proto in protos:
+        need = decoded_nbytes(proto, key)
+        total += need
+        if total > max_bytes:
+            shape = [d.size for d in proto.tensor_shape.dim]
+            raise InvalidInput(
+                f"input '{key}': shape {shape} would decode to {need} bytes, which takes the request's "
+                f"tensors to {total} bytes, over the limit of {max_bytes} bytes "
+                f"({max_bytes / 2**20:g} MiB; raise it with --max-request-mb)"
+            )
+
+
+def to_ndarray(proto: tensor_pb2.TensorProto, key: str = "", *, max_bytes: int | None = None) -> np.ndarray:
+    """A TensorProto as a numpy array (strings as an object array of bytes).
+
+    ``max_bytes`` bounds the decoded size; it is checked before anything is allocated.
+    """
+    check_budget([(key, proto)], max_bytes)
+    shape = _shape(proto, key)
+    count = math.prod(shape)
     try:
         if proto.dtype == types_pb2.DT_STRING:
             values = list(proto.string_val)
