@@ -112,6 +112,11 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_reader_cpus: Amount = _var("TFBATCH_RAY_READER_CPUS")
     ray_remote_read: Bool = _var("TFBATCH_RAY_REMOTE_READ")
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
+    # TF Serving's model features (docs/serving.md)
+    batching_parameters_file: Text = _var("TFBATCH_BATCHING_PARAMETERS_FILE")
+    model_version_policy: Text = _var("TFBATCH_MODEL_VERSION_POLICY")
+    model_poll_interval_s: Amount = _var("TFBATCH_MODEL_POLL_SECONDS")
+    warmup_replays: NonNegativeInt = _var("TFBATCH_WARMUP_REPLAYS")
 
     def given(self, *names: str) -> dict[str, Any]:
         """The fields among ``names`` that the environment sets."""
