@@ -46,6 +46,7 @@ _TOKEN = re.compile(
         (?P<comment>\#[^\n]*)
       | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
       | (?P<number>-?\d+)
+      | (?P<string>"[^"\n]*")
       | (?P<punct>[{}:])
       | (?P<bad>\S+)
     )""",
