@@ -171,3 +171,35 @@ def test_grpc_model_status_reports_swapped_versions(tmp_path):
                 assert states() == [(2, "AVAILABLE"), (1, "END")]
         finally:
             grpc_server.stop(None)
+
+
+def test_serve_process_warms_up_before_ping_and_takes_a_batching_file(counting, tmp_path):
+    import requests
+
+    from .conftest import ServerProcess
+
+    write_warmup(counting, [predict_log({"x": np.ones((1, 1), np.float32)})] * 3)
+    batching = tmp_path / "batching.txt"
+    batching.write_text("max_batch_size { value: 4 }\nbatch_timeout_micros { value: 100 }\n")
+    srv = ServerProcess(counting.parent, tmp_path, "--grpc-port", "-1", "--warmup-replays", "2",
+                        "--batching-parameters-file", str(batching), "--model-version-policy", "latest")
+    try:
+        srv.wait_ready()  # /ping answered 200
+        r = requests.post(f"{srv.url}/v1/models/model:predict",
+                          json={"signature_name": "calls", "instances": [[0.0]]}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert r.json()["predictions"] == [6]
+        status = requests.get(f"{srv.url}/v1/models/model", timeout=30).json()
+        assert [(s["version"], s["state"]) for s in status["model_version_status"]] == [("1", "AVAILABLE")]
+    finally:
+        assert srv.stop() == 0
+
+
+def test_serve_process_refuses_a_bad_batching_file(counting, tmp_path):
+    from .conftest import ServerProcess
+
+    batching = tmp_path / "batching.txt"
+    batching.write_text("max_batch_size { value: 4 }\nmax_batch_sise { value: 4 }\n")
+    srv = ServerProcess(counting.parent, tmp_path, "--grpc-port", "-1", "--batching-parameters-file", str(batching))
+    assert srv.proc.wait(120) != 0
+    assert f"{batching}:2: unknown field 'max_batch_sise'" in srv.output()

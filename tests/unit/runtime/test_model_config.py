@@ -116,3 +116,19 @@ def test_scan_versions_skips_incomplete_and_non_numeric_folders(tmp_path):
     (tmp_path / "5").write_text("a file, not a folder")
     assert scan_versions(tmp_path) == {1: tmp_path / "1", 10: tmp_path / "10"}
     assert scan_versions(tmp_path / "missing") == {}
+
+
+def test_transform_flag_checks_the_file_and_hands_it_to_instances(tmp_path, monkeypatch):
+    from tfbatch.cli import build_parser
+    from tfbatch.transform.cli import spec_from_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "b.txt").write_text("max_batch_size { value: 32 }\n")
+    base = ["transform", "--model", "m", "--input", "in", "--output", "out", "--batching-parameters-file"]
+    spec = spec_from_args(build_parser().parse_args([*base, "b.txt"]))
+    path = spec.container_env()["TFBATCH_BATCHING_PARAMETERS_FILE"]
+    assert path == str(tmp_path / "b.txt")
+    assert RuntimeSettings.from_env(spec.container_env()).max_batch_size == 32
+    (tmp_path / "bad.txt").write_text("max_batch_size { value: x }\n")
+    with pytest.raises(ConfigError, match=r"bad.txt:1: expected an integer for max_batch_size, got 'x'"):
+        spec_from_args(build_parser().parse_args([*base, "bad.txt"]))
