@@ -108,8 +108,14 @@ class ModelServer:
         default = getattr(artifact, "default_model_name", None)
         if settings is not None and settings.default_model_name:
             default = settings.default_model_name
-        # A model's base folder is where its version folders sit: hot reload watches it.
-        bases = {name: Path(next(iter(v.values()))).parent for name, v in models.items() if v}
+        # A model's base folder is where its numeric version folders sit: hot reload watches it.
+        # A SavedModel given as the artifact root itself has no such folder and is not watched.
+        bases = {
+            name: Path(path).parent
+            for name, versions in models.items()
+            for version, path in versions.items()
+            if Path(path).name.isdigit() and int(Path(path).name) == int(version)
+        }
         return cls(models, settings=settings, default_model=default, base_paths=bases, warmup=warmup)
 
     def unbatched(self) -> ModelServer:

@@ -182,3 +182,22 @@ def test_batches_are_padded_to_an_allowed_size(tmp_path_factory, allowed, rows, 
         out = server.run({"x": np.ones((rows, 1), np.float32)})["rows"]
     assert out.shape == (rows, 1)
     assert set(out.ravel()) == {float(seen)}
+
+
+def test_from_artifact_watches_numeric_version_folders_only(tmp_path):
+    from tfbatch.artifact import open_artifact
+
+    root = tmp_path / "art"
+    models.make_linear_model(root / "1", seed=0)
+    settings = RuntimeSettings(model_version_policy="latest")
+    with ModelServer.from_artifact(open_artifact(root), settings) as server:
+        _add_version(root, 2, 1, tmp_path)
+        server.poll_versions()
+        assert server.versions() == [2]
+    # A SavedModel at the artifact root: its parent folder is not a model folder to scan.
+    single = tmp_path / "single"
+    models.make_linear_model(single, seed=0)
+    _add_version(tmp_path, 7, 1, tmp_path)
+    with ModelServer.from_artifact(open_artifact(single), settings) as server:
+        server.poll_versions()
+        assert server.versions() == [1]
