@@ -112,6 +112,8 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_reader_cpus: Amount = _var("TFBATCH_RAY_READER_CPUS")
     ray_remote_read: Bool = _var("TFBATCH_RAY_REMOTE_READ")
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
+    archive_max_members: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_MEMBERS")
+    archive_max_bytes: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_BYTES")
     # TF Serving's model features (docs/serving.md)
     batching_parameters_file: Text = _var("TFBATCH_BATCHING_PARAMETERS_FILE")
     model_version_policy: Text = _var("TFBATCH_MODEL_VERSION_POLICY")

@@ -12,14 +12,36 @@ from __future__ import annotations
 
 import os
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from tfbatch.errors import ArtifactError, UnsafeArchive
+from tfbatch.settings import Environment
 
 # Symlink chains longer than this are treated as loops (Linux allows 40 hops too).
 _MAX_LINK_HOPS = 40
 
 TAR_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """Caps checked while the archive is listed, before anything is written.
+
+    The defaults are far above any real model (a large SavedModel has a few hundred files
+    and tens of GB); they exist so that a tar of a million empty files or one declaring
+    a petabyte fails with a message instead of filling memory or the disk.
+    """
+
+    max_members: int = 100_000
+    max_total_bytes: int = 64 << 30
+
+    @classmethod
+    def from_env(cls) -> "ArchiveLimits":
+        """The defaults, overridden by TFBATCH_ARCHIVE_MAX_MEMBERS / TFBATCH_ARCHIVE_MAX_BYTES."""
+        env = Environment.read()
+        given = {"max_members": env.archive_max_members, "max_total_bytes": env.archive_max_bytes}
+        return cls(**{k: v for k, v in given.items() if v is not None})
 
 
 def is_tar_name(name: str | os.PathLike) -> bool:
@@ -119,8 +141,38 @@ def _member_problem(member: tarfile.TarInfo, tree: _ArchiveTree) -> str | None:
     return None
 
 
+def _hard_link_problem(member: tarfile.TarInfo, files: set[tuple[str, ...]],
+                       kinds: dict[tuple[str, ...], str]) -> str | None:
+    """A hard link must name a regular file extracted before it (tar stores it that way).
+
+    Anything else (a symlink, a folder, a later or missing member) makes tarfile fail
+    half-way with KeyError or NotADirectoryError, or link through a symlink.
+    """
+    target = tuple(_parts(member.linkname))
+    if target in files:
+        return None
+    kind = kinds.get(target)
+    what = f"a {kind}" if kind else "not a member before it"
+    return f"hard link to {member.linkname!r}, which is {what}; hard links must name an earlier regular file"
+
+
 def validate_members(members: list[tarfile.TarInfo], archive: str) -> None:
     """Raise UnsafeArchive naming the first unsafe member; write nothing."""
+    files: set[tuple[str, ...]] = set()
+    kinds: dict[tuple[str, ...], str] = {}
+    link_problems: dict[int, str] = {}  # reported after escapes, which say more
+    for m in members:
+        key = tuple(_parts(m.name))
+        if m.islnk():
+            problem = _hard_link_problem(m, files, kinds)
+            if problem:
+                link_problems[id(m)] = problem
+            files.add(key)
+        elif m.isreg():
+            files.add(key)
+        else:
+            files.discard(key)  # a later member of the same name replaces the file
+            kinds[key] = "symlink" if m.issym() else "directory" if m.isdir() else "special file"
     symlinks: dict[tuple[str, ...], str] = {}
     for m in members:
         if m.issym():
@@ -144,7 +196,7 @@ def validate_members(members: list[tarfile.TarInfo], archive: str) -> None:
                 )
     tree = _ArchiveTree(symlinks)
     for m in members:
-        problem = _member_problem(m, tree)
+        problem = _member_problem(m, tree) or link_problems.get(id(m))
         if problem:
             raise UnsafeArchive(f"archive '{archive}': refusing member '{m.name}': {problem}")
 
@@ -179,13 +231,40 @@ def _extraction_filter(archive: str, root: str):
     return check
 
 
-def safe_extract(archive: str | os.PathLike, target: str | os.PathLike) -> Path:
+def _list_members(tar: tarfile.TarFile, archive: str, limits: ArchiveLimits) -> list[tarfile.TarInfo]:
+    """Members, refusing the archive as soon as it passes a cap (listing is streamed)."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
+        members.append(member)
+        if len(members) > limits.max_members:
+            raise UnsafeArchive(
+                f"archive '{archive}' has more than {limits.max_members} members "
+                f"(TFBATCH_ARCHIVE_MAX_MEMBERS); refusing it before extraction"
+            )
+        if member.isreg():
+            total += member.size
+            if total > limits.max_total_bytes:
+                raise UnsafeArchive(
+                    f"archive '{archive}' holds more than {limits.max_total_bytes} bytes of files "
+                    f"(at member '{member.name}', {member.size} bytes; TFBATCH_ARCHIVE_MAX_BYTES); "
+                    "refusing it before extraction"
+                )
+    return members
+
+
+def safe_extract(
+    archive: str | os.PathLike, target: str | os.PathLike, limits: ArchiveLimits | None = None
+) -> Path:
     """Extract a .tar.gz/.tgz/.tar (any tar compression tarfile reads) into ``target``.
 
     Raises UnsafeArchive, before writing anything, for absolute paths, ``..`` escapes,
-    symlinks or hard links resolving outside ``target``, devices and FIFOs; ArtifactError
-    for a file that is not a readable tar archive. Returns the resolved target.
+    symlinks or hard links resolving outside ``target``, hard links to anything but an
+    earlier regular file, devices and FIFOs, and archives over ``limits`` (members, bytes;
+    default from the environment); ArtifactError for a file that is not a readable tar
+    archive. Returns the resolved target.
     """
+    limits = limits or ArchiveLimits.from_env()
     archive_s = str(archive)
     root = Path(target).resolve()
     try:
@@ -198,7 +277,7 @@ def safe_extract(archive: str | os.PathLike, target: str | os.PathLike) -> Path:
         ) from None
     with tar:
         try:
-            members = tar.getmembers()
+            members = _list_members(tar, archive_s, limits)
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ArtifactError(f"archive '{archive_s}' is truncated or corrupt: {exc}") from None
         validate_members(members, archive_s)

@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 
 from tfbatch.errors import InvalidInput, UnsupportedMediaType
+from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_image
 
 JSON_TYPES = ("application/json",)
 JSONLINES_TYPES = ("application/jsonlines", "application/jsonl", "application/x-jsonlines")
 CSV_TYPES = ("text/csv",)
-IMAGE_TYPES = ("application/x-image", "image/png", "image/jpeg", "image/jpg", "image/gif", "image/bmp")
+# GIF and BMP content types are still routed here so that such bodies get a clear "not
+# accepted" error naming the format, rather than "Unsupported Media Type".
+IMAGE_TYPES = ("application/x-image", "image/png", "image/jpeg", "image/jpg", "image/gif", "image/bmp", "image/webp")
 
 _PASS_THROUGH_KEYS = ("instances", "inputs", "examples")
 
@@ -83,11 +86,14 @@ def json_request(body: bytes, content_type: str | None) -> dict:
     raise UnsupportedMediaType(f"Unsupported Media Type: {content_type}")
 
 
-def image_inputs(body: bytes, signature) -> dict[str, np.ndarray]:
+def image_inputs(body: bytes, signature, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> dict[str, np.ndarray]:
     """Tensors for an image body: raw bytes for a string input, else a decoded, resized image.
 
-    ``signature`` is a runtime SignatureInfo with exactly one input.
+    ``signature`` is a runtime SignatureInfo with exactly one input. The header is checked
+    first either way (JPEG or PNG, within ``max_pixels``): a model that decodes in its graph
+    must not be handed a decompression bomb any more than PIL.
     """
+    check_image(body, max_pixels)
     if len(signature.inputs) != 1:
         raise InvalidInput(
             f"an image body needs a signature with one input; signature '{signature.name}' takes "
@@ -117,7 +123,7 @@ def image_inputs(body: bytes, signature) -> dict[str, np.ndarray]:
 
 
 def decode_image(body: bytes, channels: int) -> np.ndarray:
-    """JPEG/PNG/... bytes -> uint8 array [H, W, channels]."""
+    """JPEG/PNG bytes -> uint8 array [H, W, channels]; callers check the header first."""
     from PIL import Image, UnidentifiedImageError
 
     try:

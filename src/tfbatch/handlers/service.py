@@ -20,6 +20,7 @@ from tfbatch.errors import HandlerError, InvalidInput, TfbatchError, from_except
 from tfbatch.handlers import defaults
 from tfbatch.handlers.context import METHODS, Context, parse_custom_attributes, rest_uri
 from tfbatch.handlers.user_code import UserHandlers
+from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_encoded_images, limit_pil
 from tfbatch.runtime import jsonenc
 from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 from tfbatch.tfs.api import TfsApi
@@ -74,12 +75,16 @@ class InferenceService:
         rest_port: int | None = None,
         grpc_port: int | None = None,
         grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
+        max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     ):
         self.model_server = model_server
         self.handlers = handlers
         self.rest_port = rest_port
         self.grpc_port = grpc_port
         self._grpc_max = grpc_max_message_bytes
+        self.max_image_pixels = max_image_pixels
+        if handlers is not None:
+            limit_pil(max_image_pixels)  # user scripts that decode with PIL get the same budget
         self._channel = None
         self._channel_lock = threading.Lock()
 
@@ -89,7 +94,7 @@ class InferenceService:
         """The same handlers over another model server (and its own loopback endpoints)."""
         return InferenceService(
             model_server, self.handlers, rest_port=rest_port, grpc_port=grpc_port,
-            grpc_max_message_bytes=self._grpc_max,
+            grpc_max_message_bytes=self._grpc_max, max_image_pixels=self.max_image_pixels,
         )
 
     # -- routing ---------------------------------------------------------------------------
@@ -162,6 +167,8 @@ class InferenceService:
         except TfbatchError:
             raise
         except Exception as exc:
+            if type(exc).__name__ == "DecompressionBombError":  # PIL's, under limit_pil's budget
+                raise InvalidInput(f"{hook}: image over the pixel budget: {exc}") from exc
             # The container answers {"error": str(e)}; the log names the hook that broke.
             log.info("%s raised %s: %s", hook, type(exc).__name__, exc)
             raise HandlerError(str(exc)) from exc
@@ -191,7 +198,7 @@ class InferenceService:
 
             servable = self.model_server.resolve(name, version)
             sig = servable.signatures[servable.default_signature]
-            outputs = self.model_server.run(defaults.image_inputs(req.body, sig), name, version, sig.name)
+            outputs = self.model_server.run(defaults.image_inputs(req.body, sig, self.max_image_pixels), name, version, sig.name)
             result = encode_predict(outputs, "row", sig, native=True)
         else:
             body = defaults.json_request(req.body, req.content_type)
@@ -199,6 +206,8 @@ class InferenceService:
         return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:
+        # Encoded images inside the JSON go to a string input the model decodes in its graph.
+        check_encoded_images(body, self.max_image_pixels)
         return TfsApi(self.model_server).call(method, body, name, version)
 
     def local_post(self, data: Any, ctx: Context) -> requests.Response:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from tfbatch.handlers.service import InferenceService
 from tfbatch.handlers.user_code import load_handlers
+from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS
 from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def build_stack(
     loopback: bool = True,
     workdir: str | None = None,
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
@@ -81,6 +83,7 @@ def build_stack(
             rest_port=endpoints.rest_port if endpoints else None,
             grpc_port=endpoints.grpc_port if endpoints else None,
             grpc_max_message_bytes=grpc_max_message_bytes,
+            max_image_pixels=max_image_pixels,
         )
     except BaseException:
         if model_server is not None:

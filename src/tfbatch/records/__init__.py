@@ -11,13 +11,11 @@ from tfbatch.records.crc32c import crc32c, masked_crc32c
 from tfbatch.records.framing import (
     RECORDIO_MAGIC,
     Record,
-    frame_record,
+    RecordLimit,
     iter_records,
     normalize_split_type,
-    write_lines,
-    write_recordio,
-    write_tfrecord,
 )
+from tfbatch.records.writers import frame_record, write_lines, write_recordio, write_tfrecord
 from tfbatch.records.join import DataProcessor, content_kind, normalize_join_source
 from tfbatch.records.jsonpath import JsonPath, compile_path
 from tfbatch.records.payloads import (
@@ -35,6 +33,7 @@ __all__ = [
     "JsonPath",
     "Payload",
     "Record",
+    "RecordLimit",
     "compile_path",
     "content_kind",
     "crc32c",

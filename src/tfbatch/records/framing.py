@@ -12,15 +12,22 @@ Empty lines (``\\n`` or ``\\r\\n`` alone) are not records: SageMaker's documenta
 says nothing on them and an empty request body is never useful to a model, so they are
 skipped; ``Record.index`` counts records yielded, ``Record.offset`` keeps the true byte
 position. An empty object yields no records for every split type.
+
+With ``max_record_bytes`` set, a record whose payload grows past it is never held whole:
+the splitter stops keeping its bytes the moment the limit is passed, reads (and drops)
+the rest of it, and yields one error record naming the object, the record and the limit.
+Memory therefore stays at one chunk plus the limit whatever the object or gzip bomb
+inflates to. Line, TFRecord and RecordIO then resume at the next record; with split type
+None the record is the whole object, so reading stops there.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import BinaryIO, Iterable, Iterator
+from typing import BinaryIO, Iterator
 
-from tfbatch.errors import InvalidInput, ConfigError, RecordError, TfbatchError
+from tfbatch.errors import ConfigError, PayloadTooLarge, RecordError, TfbatchError
 from tfbatch.records.crc32c import masked_crc32c
 
 SPLIT_TYPES = (None, "Line", "RecordIO", "TFRecord")
@@ -51,6 +58,23 @@ class Record:
     data: bytes
     raw: bytes
     error: TfbatchError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLimit:
+    """The largest record payload a splitter will hold, and the setting that fixed it."""
+
+    max_bytes: int
+    setting: str = "max_record_bytes"
+
+    def error(self, source: str, index: int, offset: int, what: str) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"{where(source, index, offset)}: {what} exceeds the record limit of {self.max_bytes} "
+            f"bytes ({self.setting}); the record was skipped without being held in memory"
+        )
+
+
+_NO_LIMIT = RecordLimit(1 << 62, "no limit")
 
 
 def normalize_split_type(split_type: str | None) -> str | None:
@@ -117,21 +141,53 @@ class _ChunkedSource:
         self.offset += len(out)
         return out
 
+    def skip(self, n: int) -> int:
+        """Drop the next ``n`` bytes, holding at most one chunk; returns how many there were."""
+        have = len(self._buf) - self._pos
+        if have >= n:
+            self._pos += n
+            self.offset += n
+            return n
+        self._buf, self._pos = b"", 0
+        done = have
+        while done < n:
+            data = self._stream.read(min(self._chunk, n - done))
+            if not data:
+                break
+            done += len(data)
+        self.offset += done
+        return done
 
-def _iter_whole(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+
+def _iter_whole(
+    stream: BinaryIO, source: str, chunk: int, cur: _Cursor, limit: RecordLimit
+) -> Iterator[Record]:
     pieces = []
+    size = 0
     while True:
         data = stream.read(chunk)
         if not data:
             break
+        size += len(data)
+        if size > limit.max_bytes:
+            # The object is the record: nothing after this point could be used, so stop reading.
+            what = f"the object (split type None, more than {size} bytes read)"
+            yield Record(0, 0, b"", b"", limit.error(source, 0, 0, what))
+            return
         pieces.append(data)
     body = b"".join(pieces)
     if body:
         yield Record(0, 0, body, body)
 
 
-def _iter_lines(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+def _iter_lines(
+    stream: BinaryIO, source: str, chunk: int, cur: _Cursor, limit: RecordLimit
+) -> Iterator[Record]:
     pending: list[bytes] = []  # pieces of a line that spans chunk boundaries
+    pending_len = 0
+    # Past this many bytes a line cannot fit under the limit even after "\r\n" is stripped.
+    keep_max = limit.max_bytes + 2
+    skipping = False  # the current line passed the limit: count its bytes, keep none
     offset = 0  # absolute offset of the current line's first byte
     index = 0
     while True:
@@ -145,28 +201,56 @@ def _iter_lines(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iter
             nl = find(b"\n", pos)
             if nl < 0:
                 if pos < len(block):
-                    pending.append(block[pos:])
+                    pending_len += len(block) - pos
+                    if skipping or pending_len > keep_max:
+                        skipping = True
+                        pending.clear()
+                    else:
+                        pending.append(block[pos:])
                 break
+            if skipping or pending_len + nl + 1 - pos > keep_max:
+                length = pending_len + nl + 1 - pos
+                pending.clear()
+                pending_len, skipping, pos = 0, False, nl + 1
+                what = f"line of {length} bytes"
+                yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                index += 1
+                offset += length
+                cur.index, cur.offset = index, offset
+                continue
             raw = block[pos : nl + 1]
             if pending:
                 pending.append(raw)
                 raw = b"".join(pending)
                 pending.clear()
+            pending_len = 0
             pos = nl + 1
             end = -2 if raw.endswith(b"\r\n") else -1
-            if len(raw) + end > 0:
+            if len(raw) + end > limit.max_bytes:
+                what = f"line of {len(raw)} bytes"
+                yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                index += 1
+            elif len(raw) + end > 0:
                 yield Record(index, offset, raw[:end], raw)
                 index += 1
             offset += len(raw)
             cur.index, cur.offset = index, offset
-    if pending:
+    if skipping:
+        what = f"last line of {pending_len} bytes (no newline before the end of the object)"
+        yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+    elif pending:
         raw = b"".join(pending)
         data = raw[:-1] if raw.endswith(b"\r") else raw
-        if data:
+        if len(data) > limit.max_bytes:
+            what = f"last line of {len(data)} bytes"
+            yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+        elif data:
             yield Record(index, offset, data, raw)
 
 
-def _iter_tfrecord(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+def _iter_tfrecord(
+    stream: BinaryIO, source: str, chunk: int, cur: _Cursor, limit: RecordLimit
+) -> Iterator[Record]:
     src = _ChunkedSource(stream, chunk)
     index = 0
     while True:
@@ -189,6 +273,17 @@ def _iter_tfrecord(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
             )
             yield Record(index, offset, b"", header, RecordError(msg))
             return
+        if length > limit.max_bytes:
+            # The length field is CRC-checked, so the framing can be trusted past the record.
+            skipped = src.skip(16 + length)
+            what = f"TFRecord of {length} bytes"
+            if skipped < 16 + length:
+                what += f" (truncated: the object ends {skipped - 12} bytes into it)"
+            yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+            if skipped < 16 + length:
+                return
+            index += 1
+            continue
         raw = src.take(16 + length)
         data = raw[12 : 12 + length]
         if len(raw) < 16 + length:
@@ -210,7 +305,9 @@ def _iter_tfrecord(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
         index += 1
 
 
-def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> Iterator[Record]:
+def _iter_recordio(
+    stream: BinaryIO, source: str, chunk: int, cur: _Cursor, limit: RecordLimit
+) -> Iterator[Record]:
     src = _ChunkedSource(stream, chunk)
     index = 0
     while True:
@@ -223,8 +320,14 @@ def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
         parts: list[bytes] = []
         raws: list[bytes] = []
         first = True
+        size = 0  # payload bytes of this record so far, counted even once they are dropped
+        too_large = False
         while True:
             part_at = src.offset - len(header)
+            if too_large and len(header) < 8:
+                what = f"RecordIO record of more than {size} bytes, cut off at byte {part_at}"
+                yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                return
             if len(header) < 8:
                 if not header:
                     what = "a multi-part record ends before its last part (cflag 3)"
@@ -254,6 +357,23 @@ def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
                 yield _recordio_error(index, offset, parts, raws, header, msg)
                 return
             padded = (length + 3) & ~3
+            size += length + (0 if first else 4)
+            if too_large or size > limit.max_bytes:
+                # A multi-part record may go on forever: drop parts as they come.
+                too_large = True
+                parts.clear()
+                raws.clear()
+                if src.skip(padded) < padded:
+                    what = f"RecordIO record of more than {size} bytes, cut off at byte {src.offset}"
+                    yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                    return
+                if cflag in (0, 3):
+                    what = f"RecordIO record of {size} bytes"
+                    yield Record(index, offset, b"", b"", limit.error(source, index, offset, what))
+                    break
+                header = src.take(8)
+                first = False
+                continue
             body = src.take(padded)
             raws.append(header)
             raws.append(body)
@@ -272,6 +392,9 @@ def _iter_recordio(stream: BinaryIO, source: str, chunk: int, cur: _Cursor) -> I
             parts.append(RECORDIO_MAGIC_BYTES)
             header = src.take(8)
             first = False
+        if too_large:
+            index += 1
+            continue
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         raw = b"".join(raws)
         yield Record(index, offset, data, raw)
@@ -298,82 +421,28 @@ def iter_records(
     *,
     source: str = "",
     chunk_size: int = DEFAULT_CHUNK,
+    limit: RecordLimit | None = None,
 ) -> Iterator[Record]:
-    """Records of one object, in order. Raises ConfigError at once for an unknown split type."""
+    """Records of one object, in order. Raises ConfigError at once for an unknown split type.
+
+    ``limit`` caps one record's payload (see the module docstring); None means no cap, for
+    callers that trust their input (tests, dataset tools).
+    """
     kind = normalize_split_type(split_type)
-    return _guarded(_SPLITTERS[kind], stream, source, chunk_size)
+    if limit is not None and limit.max_bytes < 1:
+        raise ConfigError(f"a record limit must be at least 1 byte, got {limit.max_bytes}")
+    return _guarded(_SPLITTERS[kind], stream, source, chunk_size, limit or _NO_LIMIT)
 
 
-def _guarded(splitter, stream: BinaryIO, source: str, chunk: int) -> Iterator[Record]:
+def _guarded(splitter, stream: BinaryIO, source: str, chunk: int, limit: RecordLimit) -> Iterator[Record]:
     # A RecordError raised by the stream itself (e.g. corrupt gzip) becomes the last record,
     # so callers see one failure mode for every kind of damage.
     cur = _Cursor()
     try:
-        yield from splitter(stream, source, chunk, cur)
+        yield from splitter(stream, source, chunk, cur, limit)
     except RecordError as exc:
         at = where(source, cur.index, cur.offset)
         what = str(exc)
         if source and what.startswith(f"{source}: "):
             what = what[len(source) + 2 :]
         yield Record(cur.index, cur.offset, b"", b"", RecordError(f"{at}: {what}"))
-
-
-# ---- writers: the inverse of the splitters (tests, benchmarks, dataset generation) ----
-
-
-def frame_tfrecord(data: bytes) -> bytes:
-    length = struct.pack("<Q", len(data))
-    return b"".join(
-        (length, _U32.pack(masked_crc32c(length)), data, _U32.pack(masked_crc32c(data)))
-    )
-
-
-def frame_recordio(data: bytes) -> bytes:
-    """dmlc's framing: the payload is split at every 4-byte-aligned magic number."""
-    n = len(data)
-    if n > _RECORDIO_LEN_MASK:
-        raise InvalidInput(f"RecordIO records must be smaller than 2**29 bytes, got {n}")
-    out: list[bytes] = []
-    dptr = 0
-    i = data.find(RECORDIO_MAGIC_BYTES)
-    while i >= 0:
-        if i % 4:
-            i = data.find(RECORDIO_MAGIC_BYTES, i + 1)
-            continue
-        cflag = 1 if dptr == 0 else 2
-        out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, (cflag << 29) | (i - dptr)))
-        out.append(data[dptr:i])
-        dptr = i + 4
-        i = data.find(RECORDIO_MAGIC_BYTES, dptr)
-    out.append(_RECORDIO_HEADER.pack(RECORDIO_MAGIC, ((3 if dptr else 0) << 29) | (n - dptr)))
-    out.append(data[dptr:])
-    out.append(b"\0" * (-n % 4))
-    return b"".join(out)
-
-
-def frame_line(data: bytes) -> bytes:
-    if b"\n" in data:
-        raise InvalidInput("a Line record cannot contain a newline byte")
-    return data + b"\n"
-
-
-def frame_record(data: bytes, split_type: str | None) -> bytes:
-    kind = normalize_split_type(split_type)
-    if kind is None:
-        return bytes(data)
-    return _FRAMERS[kind](data)
-
-
-_FRAMERS = {"Line": frame_line, "RecordIO": frame_recordio, "TFRecord": frame_tfrecord}
-
-
-def write_tfrecord(records: Iterable[bytes]) -> bytes:
-    return b"".join(frame_tfrecord(r) for r in records)
-
-
-def write_recordio(records: Iterable[bytes]) -> bytes:
-    return b"".join(frame_recordio(r) for r in records)
-
-
-def write_lines(records: Iterable[bytes]) -> bytes:
-    return b"".join(frame_line(r) for r in records)

@@ -9,12 +9,12 @@ partitioning by key deterministic.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tfbatch.errors import ConfigError
 from tfbatch.storage.io import ObjectNotFound, read_bytes
+from tfbatch.storage.local_walk import walk_local
 from tfbatch.storage.backoff import retry
 from tfbatch.storage.uri import LOCAL, dirname_prefix, get_fs, join, normalize, protocol_of, split_s3
 
@@ -30,14 +30,18 @@ class ObjectRef:
     size: int | None = None
 
 
-def list_prefix(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[ObjectRef]:
+def list_prefix(
+    prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE, follow_symlinks: bool = False
+) -> Iterator[ObjectRef]:
     """Every object whose location starts with ``prefix_uri``, in key order, streamed.
 
     S3 and other remote stores: a plain string prefix, so ``s3://b/data/img`` matches
     ``data/img1.jpg`` and ``data/img/a.jpg``. Keys are relative to the prefix's folder part
     (``img1.jpg``, ``img/a.jpg``). Local paths: an existing folder lists everything below
     it (keys relative to it); anything else is a file-name prefix within its parent folder.
-    Keys ending in '/' (folder markers made by consoles) are skipped.
+    Keys ending in '/' (folder markers made by consoles) are skipped. Local symbolic links
+    follow the policy of :mod:`tfbatch.storage.local_walk` (folder links only with
+    ``follow_symlinks``).
     """
     if page_size < 1:
         raise ValueError(f"page_size: expected >= 1, got {page_size}")
@@ -47,7 +51,7 @@ def list_prefix(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Itera
         for page in _s3_pages(prefix_uri, page_size):
             yield from page
     elif proto == LOCAL:
-        yield from _local_walk(prefix_uri)
+        yield from _local_walk(prefix_uri, follow_symlinks)
     else:
         yield from _fsspec_walk(prefix_uri)
 
@@ -99,51 +103,9 @@ def _s3_pages(prefix_uri: str, page_size: int) -> Iterator[list[ObjectRef]]:
             return
 
 
-def _local_walk(prefix: str) -> Iterator[ObjectRef]:
-    if os.path.isdir(prefix):
-        root = prefix.rstrip("/") or "/"
-        name_prefix = ""
-    else:
-        root, name_prefix = os.path.split(prefix)
-        if not os.path.isdir(root):
-            return
-    root_uri = root if root.endswith("/") else root + "/"
-    yield from _scan(root, "", name_prefix, root_uri, set())
-
-
-def _scan(
-    folder: str, rel: str, name_prefix: str, root_uri: str, seen: set[tuple[int, int]]
-) -> Iterator[ObjectRef]:
-    st = os.stat(folder)
-    ident = (st.st_dev, st.st_ino)
-    if ident in seen:  # a symlink loop
-        return
-    seen = seen | {ident}
-    entries: list[tuple[str, os.DirEntry[str], bool]] = []
-    with os.scandir(folder) as it:
-        for entry in it:
-            if name_prefix and not entry.name.startswith(name_prefix):
-                continue
-            try:
-                is_dir = entry.is_dir()
-                if not is_dir and not entry.is_file():
-                    continue  # sockets, fifos, dangling links
-            except OSError:
-                continue
-            # Sorting a folder as "name/" makes the walk produce the same order as S3 lists
-            # full keys: "a-b" (0x2d) before "a/x" (0x2f) before "a0".
-            entries.append((entry.name + "/" if is_dir else entry.name, entry, is_dir))
-    entries.sort(key=lambda e: e[0])
-    for sort_name, entry, is_dir in entries:
-        key = rel + sort_name
-        if is_dir:
-            yield from _scan(entry.path, key, "", root_uri, seen)
-        else:
-            try:
-                size = entry.stat().st_size
-            except OSError:
-                size = None
-            yield ObjectRef(uri=root_uri + key, key=key, size=size)
+def _local_walk(prefix: str, follow_symlinks: bool) -> Iterator[ObjectRef]:
+    for uri, key, size in walk_local(prefix, follow_symlinks=follow_symlinks):
+        yield ObjectRef(uri=uri, key=key, size=size)
 
 
 def _fsspec_walk(prefix_uri: str) -> Iterator[ObjectRef]:

@@ -29,6 +29,12 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-type", choices=["None", "Line", "RecordIO", "TFRecord"])
     p.add_argument("--batch-strategy", choices=["SingleRecord", "MultiRecord"])
     p.add_argument("--max-payload-mb", type=int)
+    p.add_argument("--max-record-mb", type=int,
+                   help="largest record (the whole object with split type None) read, in MiB; "
+                        "MaxPayloadInMB applies too when smaller (default 100)")
+    p.add_argument("--max-image-pixels", type=int,
+                   help="largest image (width x height, from its header) decoded or sent to the model "
+                        "(default 50000000)")
     p.add_argument("--max-concurrent-transforms", type=int)
     p.add_argument("--accept")
     p.add_argument("--assemble-with", choices=["None", "Line"])
@@ -49,6 +55,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="pip-install code/requirements.txt before loading the handler script")
     p.add_argument("--no-resume", dest="resume", action="store_false", default=None,
                    help="ignore the ledger of an earlier run of this job and redo every object")
+    p.add_argument("--follow-symlinks", action="store_true", default=None,
+                   help="local input: walk into symbolic links to folders (each folder once, loops refused)")
     p.add_argument("--dry-run", action="store_true", help="print the plan (objects per instance) and exit")
     p.add_argument("--engine", choices=["local", "ray"], help="where instances run (default: local processes)")
     p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
@@ -63,10 +71,10 @@ def spec_from_args(args: argparse.Namespace):
     fields = spec_from_create_transform_job(args.job) if args.job else {}
     names = [
         "model", "input", "manifest", "output", "content_type", "compression", "split_type",
-        "batch_strategy", "max_payload_mb", "max_concurrent_transforms", "accept", "assemble_with",
+        "batch_strategy", "max_payload_mb", "max_record_mb", "max_image_pixels", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
-        "engine",
+        "engine", "follow_symlinks",
     ]
     for name in names:
         value = getattr(args, name, None)

@@ -61,7 +61,8 @@ class InstanceRunner:
         env = self.spec.container_env()
         self._saved_env = {k: os.environ.get(k) for k in env}
         self.stack = build_stack(
-            self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env
+            self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env,
+            max_image_pixels=self.spec.max_image_pixels,
         )
         self.invoker = Invoker(
             self.stack.service,

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from tfbatch.errors import TfbatchError
+from tfbatch.errors import InvalidInput, TfbatchError
 from tfbatch.records import (
     Assembler,
     DataProcessor,
@@ -96,7 +96,11 @@ class ObjectPipeline:
         try:
             with open_read(ref.uri) as raw:
                 stream = open_input(raw, self.spec.compression, source=ref.key)
-                records = iter_records(stream, self.spec.split_type, source=ref.key)
+                records = iter_records(
+                    stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit
+                )
+                if self.spec.split_type == "None":
+                    records = _not_empty(records, ref.key)
                 payloads = form_payloads(
                     records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=ref.key
                 )
@@ -213,6 +217,20 @@ class ObjectPipeline:
             state.failures.append(RecordFailure.from_exception(state.key, index, offset, error))
         else:
             state.dropped += 1
+
+
+def _not_empty(records: Iterable[Record], key: str) -> Iterator[Record]:
+    """With split type None the object is the request body, and an empty body is bad input.
+
+    (With a split type an empty object is zero records and gives an empty output.)
+    """
+    empty = True
+    for record in records:
+        empty = False
+        yield record
+    if empty:
+        error = InvalidInput(f"{key}: empty object (0 bytes): nothing to send to the model")
+        yield Record(0, 0, b"", b"", error)
 
 
 def _response_error(response) -> TfbatchError:

@@ -32,7 +32,8 @@ def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterato
     if spec.manifest:
         refs = list_manifest(spec.manifest)
     else:
-        refs = list_prefix(spec.input) if page_size is None else list_prefix(spec.input, page_size=page_size)
+        pages = {} if page_size is None else {"page_size": page_size}
+        refs = list_prefix(spec.input, follow_symlinks=spec.follow_symlinks, **pages)
     out_prefix = normalize(spec.output).rstrip("/") + "/"
     for ref in refs:
         if ref.uri.startswith(out_prefix):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from tfbatch.errors import ConfigError
 from tfbatch.settings import MIB
+from tfbatch.records.framing import RecordLimit
 
 SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
 BatchStrategy = Literal["SingleRecord", "MultiRecord"]
@@ -36,6 +37,11 @@ class TransformSpec(BaseModel):
     split_type: SplitType = "None"
     batch_strategy: BatchStrategy = "SingleRecord"
     max_payload_mb: int = Field(default=6, ge=0, le=100)
+    # The hard cap on one record when MaxPayloadInMB is 0 (unlimited) or larger: a gzip bomb
+    # or a 2**40 TFRecord length must fail by name, not by exhausting memory.
+    max_record_mb: int = Field(default=100, ge=1, le=4096)
+    # Images larger than this (width * height, read from the header) are refused undecoded.
+    max_image_pixels: int = Field(default=50_000_000, ge=1)
     max_concurrent_transforms: int | None = Field(default=None, ge=1)
     accept: str | None = None
     assemble_with: AssembleWith = "None"
@@ -54,6 +60,8 @@ class TransformSpec(BaseModel):
     on_error: OnError = "continue"
     install_requirements: bool = False
     engine: str = "local"
+    # Local input folders: walk into symbolic links to folders (links to files are always listed once).
+    follow_symlinks: bool = False
     # Skip objects the output location's ledger records as finished by this same job.
     resume: bool = True
 
@@ -68,6 +76,8 @@ class TransformSpec(BaseModel):
     def _one_source(self) -> "TransformSpec":
         if bool(self.input) == bool(self.manifest):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
+        if self.input:
+            _check_output_apart(self.input, self.output)
         return self
 
     @property
@@ -92,6 +102,15 @@ class TransformSpec(BaseModel):
     def max_payload_bytes(self) -> int | None:
         return None if self.max_payload_mb == 0 else self.max_payload_mb * MIB
 
+    @property
+    def record_limit(self) -> RecordLimit:
+        """The tighter of MaxPayloadInMB and --max-record-mb, named for error messages."""
+        cap = self.max_record_mb * MIB
+        payload = self.max_payload_bytes
+        if payload is not None and payload <= cap:
+            return RecordLimit(payload, f"MaxPayloadInMB={self.max_payload_mb}")
+        return RecordLimit(cap, f"--max-record-mb={self.max_record_mb}")
+
     def container_env(self) -> dict[str, str]:
         """What the model container sees in a batch job, as SageMaker sets it."""
         env = dict(self.env)
@@ -114,6 +133,31 @@ class TransformSpec(BaseModel):
                 f"{'.'.join(str(p) for p in err['loc']) or 'job'}: {err['msg']}" for err in exc.errors()
             )
             raise ConfigError(f"invalid transform job: {problems}") from None
+
+
+def _check_output_apart(input_prefix: str, output_prefix: str) -> None:
+    """Refuse an output prefix that is the input prefix or contains it.
+
+    The planner skips listed objects that lie under the output prefix (so an output folder
+    *inside* the input works and its ``.out`` files and ``_tfbatch/`` are never re-read);
+    when the output is the input, or above it, that rule would skip every input and the job
+    would report "0/0 succeeded". Nothing useful can come of it, so it is refused up front.
+    """
+    from tfbatch.storage.uri import is_local, normalize
+
+    def folder(uri: str) -> str:
+        path = normalize(uri)
+        if is_local(path):
+            path = os.path.realpath(path)  # a symlinked output folder is still the same folder
+        return path.rstrip("/") + "/"
+
+    inp, out = folder(input_prefix), folder(output_prefix)
+    if inp.startswith(out):
+        where = "is the input prefix" if inp == out else "contains the input prefix"
+        raise ValueError(
+            f"output prefix {output_prefix!r} {where} {input_prefix!r}: outputs and _tfbatch/ would be "
+            "listed as inputs; choose an output prefix outside the input (a folder inside it also works)"
+        )
 
 
 def _get(d: dict, *path: str) -> Any:
@@ -180,7 +224,7 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
 _OUTPUT_FIELDS = {
     "model", "input", "manifest", "content_type", "compression", "split_type", "batch_strategy",
     "max_payload_mb", "accept", "assemble_with", "input_filter", "output_filter", "join_source",
-    "env", "on_error",
+    "env", "on_error", "max_record_mb", "max_image_pixels",
 }
 
 

@@ -11,13 +11,11 @@ from hypothesis import strategies as st
 
 from tfbatch.errors import ConfigError, RecordError
 from tfbatch.records.crc32c import crc32c, masked_crc32c
-from tfbatch.records.framing import (
-    RECORDIO_MAGIC,
-    RECORDIO_MAGIC_BYTES,
+from tfbatch.records.framing import RECORDIO_MAGIC, RECORDIO_MAGIC_BYTES, iter_records
+from tfbatch.records.writers import (
     frame_record,
     frame_recordio,
     frame_tfrecord,
-    iter_records,
     write_lines,
     write_recordio,
     write_tfrecord,
