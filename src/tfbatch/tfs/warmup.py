@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from tfbatch.errors import ArtifactError, TfbatchError
-from tfbatch.records.framing import iter_records
+from tfbatch.records.framing import RecordLimit, iter_records
 from tfbatch.runtime import Servable
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,9 @@ WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 # TF Serving's own cap: a warm-up file is a handful of representative requests, not a dataset.
 MAX_RECORDS = 1000
 _KINDS = ("predict_log", "classify_log", "regress_log")
+# A warm-up request is a request: none larger than the server would take over gRPC, checked
+# from the record's length field before its bytes are read.
+RECORD_LIMIT = RecordLimit(GRPC_MAX_MESSAGE_MB * MIB, "the gRPC message limit")
 
 
 def prediction_log_pb2() -> Any:
@@ -43,7 +47,7 @@ def read_warmup_requests(path: str | Path) -> list[Any]:
     logs = []
     try:
         with open(path, "rb") as stream:
-            for record in iter_records(stream, "TFRecord", source=str(path)):
+            for record in iter_records(stream, "TFRecord", source=str(path), limit=RECORD_LIMIT):
                 where = f"warm-up file {path} record {record.index}"
                 if record.error is not None:
                     raise ArtifactError(f"{where}: {record.error}")

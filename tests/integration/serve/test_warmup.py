@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tfbatch.errors import ArtifactError
-from tfbatch.records.framing import frame_tfrecord, write_tfrecord
+from tfbatch.records.writers import frame_tfrecord, write_tfrecord
 from tfbatch.runtime import ModelServer, RuntimeSettings
 from tfbatch.testing import models
 from tfbatch.tfs.warmup import WARMUP_FILE, prediction_log_pb2, warm_up
@@ -111,6 +111,15 @@ def test_without_a_warmup_file_nothing_runs(counting):
         assert _calls(server) == 0
 
 
+def _huge_record_header():
+    import struct
+
+    from tfbatch.records.crc32c import masked_crc32c
+
+    length = struct.pack("<Q", 4 << 30)
+    return length + struct.pack("<I", masked_crc32c(length)) + b"\0" * 64
+
+
 def _session_run_log():
     entry = prediction_log_pb2().PredictionLog()
     entry.session_run_log.request.feed.add()
@@ -132,6 +141,8 @@ def _session_run_log():
          r"record 0 \(predict_log\) failed on model 'm' version 1: .*missing inputs \['x'\]"),
         (lambda: frame_tfrecord(predict_log({"x": np.ones((1, 1), np.float32)}).SerializeToString()) * 1001,
          r"has more than 1000 records"),
+        # a length field claiming 4 GiB: refused from the header, nothing that size is read
+        (lambda: _huge_record_header(), r"record 0: .*exceeds the record limit of 536870912 bytes"),
     ],
 )
 def test_a_malformed_warmup_file_fails_the_load_naming_file_and_record(counting, content, message):
