@@ -129,6 +129,11 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
     archive_max_members: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_MEMBERS")
     archive_max_bytes: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_BYTES")
+    # TF Serving's model features (docs/serving.md)
+    batching_parameters_file: Text = _var("TFBATCH_BATCHING_PARAMETERS_FILE")
+    model_version_policy: Text = _var("TFBATCH_MODEL_VERSION_POLICY")
+    model_poll_interval_s: Amount = _var("TFBATCH_MODEL_POLL_SECONDS")
+    warmup_replays: NonNegativeInt = _var("TFBATCH_WARMUP_REPLAYS")
 
     def given(self, *names: str) -> dict[str, Any]:
         """The fields among ``names`` that the environment sets."""

@@ -65,7 +65,10 @@ def build_stack(
     artifact = open_artifact(model_uri, workdir=workdir)
     model_server = endpoints = None
     try:
-        model_server = ModelServer.from_artifact(artifact, settings)  # applies the thread settings
+        from tfbatch.tfs.warmup import warm_up
+
+        # Applies the thread settings; each version replays its TFS warm-up requests before it serves.
+        model_server = ModelServer.from_artifact(artifact, settings, warmup=warm_up)
         handlers = None
         if artifact.inference_script is not None:
             handlers = load_handlers(artifact.inference_script, install=install_requirements)

@@ -90,6 +90,9 @@ class Servable:
         self._loaded = loaded
         self._functions: dict[str, Any] = {}
         self._lock = threading.Lock()
+        # Set when the ModelServer unloads this version; requests that resolved it earlier
+        # still finish on it, outside its (closed) batchers.
+        self.retired = False
         if DEFAULT_SIGNATURE in signatures:
             self.default_signature = DEFAULT_SIGNATURE
         elif signatures:

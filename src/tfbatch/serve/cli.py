@@ -44,6 +44,18 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-size", type=int, help="SAGEMAKER_TFS_MAX_BATCH_SIZE")
     p.add_argument("--batch-timeout-micros", type=int, help="SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS")
     p.add_argument("--num-batch-threads", type=int, help="SAGEMAKER_TFS_NUM_BATCH_THREADS")
+    p.add_argument("--batching-parameters-file", type=_absolute,
+                   help="TF Serving BatchingParameters text proto; turns batching on and wins over the batching "
+                        "flags and SAGEMAKER_TFS_* variables (TFBATCH_BATCHING_PARAMETERS_FILE; docs/serving.md)")
+    p.add_argument("--model-version-policy",
+                   help="versions to serve: latest, latest:N, specific:V1,V2 or all "
+                        "(TFBATCH_MODEL_VERSION_POLICY; default: every version in the artifact)")
+    p.add_argument("--model-poll-seconds", type=float, dest="model_poll_interval_s",
+                   help="scan model folders for new versions this often and hot-reload them; 0 = off "
+                        "(TFBATCH_MODEL_POLL_SECONDS)")
+    p.add_argument("--warmup-replays", type=int,
+                   help="times each assets.extra/tf_serving_warmup_requests record is replayed (default 1; "
+                        "TFBATCH_WARMUP_REPLAYS)")
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading code/inference.py")
     p.add_argument("--ready-file", help="write {port, grpc_port, ...} JSON here once serving")
@@ -52,11 +64,17 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="plain lines or one JSON object per line (access log fields included)")
 
 
-_RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "num_batch_threads")
+_RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "num_batch_threads",
+                  "batching_parameters_file", "model_version_policy", "model_poll_interval_s", "warmup_replays")
 _SERVE_FLAGS = ("host", "port", "grpc_port", "workers", "auth_token", "auth_token_file", "insecure", "max_body_mb",
                 "max_request_mb", "request_timeout_s", "graceful_timeout_s", "grpc_max_message_mb",
                 "grpc_max_concurrent_rpcs", "max_connections", "header_timeout_s", "body_timeout_s",
                 "keep_alive_s", "install_requirements", "log_level", "log_format")
+
+
+def _absolute(path: str) -> str:
+    # Worker processes may start elsewhere; a relative path would name another file there.
+    return os.path.abspath(path)
 
 
 def settings_from_args(args: argparse.Namespace, env=None):

@@ -107,7 +107,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         _write_ready(ready_file, info)
 
     config = uvicorn.Config(
-        build_app(service, settings),
+        build_app(service, settings, ready=lambda: model_server.ready),
         log_level=settings.log_level,
         access_log=False,
         lifespan="off",

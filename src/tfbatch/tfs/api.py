@@ -55,21 +55,29 @@ class TfsApi:
         return self.classify(body, name, version) if method == "classify" else self.regress(body, name, version)
 
     def status(self, name: str | None = None, version: int | str | None = None) -> dict:
-        """TF Serving ``GET /v1/models/<name>[/versions/<v>]``."""
+        """TF Serving ``GET /v1/models/<name>[/versions/<v>]``: every version's state, newest first,
+        unloaded (END) and failed ones included, as TF Serving reports them."""
         server = self.model_server
         name = name or server.default_model
+        states = server.model_status(name)
         if version is None or version == "":
-            servables = [server.resolve(name, v) for v in sorted(server.versions(name), reverse=True)]
+            versions = sorted(states, reverse=True)
         else:
-            servables = [server.resolve(name, version)]
+            try:
+                wanted = int(version)
+            except (TypeError, ValueError):
+                wanted = None
+            if wanted not in states:
+                server.resolve(name, version)  # raises NotFound naming the versions there are
+            versions = [wanted]
         return {
             "model_version_status": [
                 {
-                    "version": str(s.version),
-                    "state": "AVAILABLE",
-                    "status": {"error_code": "OK", "error_message": ""},
+                    "version": str(v),
+                    "state": states[v][0],
+                    "status": {"error_code": "UNKNOWN" if states[v][1] else "OK", "error_message": states[v][1]},
                 }
-                for s in servables
+                for v in versions
             ]
         }
 

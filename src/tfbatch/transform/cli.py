@@ -47,6 +47,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invocations-max-retries", type=int)
     p.add_argument("--max-batch-size", type=int, help="model batch size formed across requests and files")
     p.add_argument("--batch-timeout-ms", type=float)
+    p.add_argument("--batching-parameters-file",
+                   help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "
+                        "--batch-timeout-ms and SAGEMAKER_TFS_* (docs/serving.md)")
     p.add_argument("--on-error", choices=["continue", "fail-object"])
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading the handler script")
@@ -81,4 +84,13 @@ def spec_from_args(args: argparse.Namespace):
         fields.pop("manifest" if args.input else "input", None)
     if args.env:
         fields["env"] = {**fields.get("env", {}), **dict(args.env)}
+    if getattr(args, "batching_parameters_file", None):
+        import os
+
+        from tfbatch.runtime.batching_params import read_batching_parameters
+
+        path = os.path.abspath(args.batching_parameters_file)
+        read_batching_parameters(path)  # a bad file fails the command, not every instance later
+        # Instances read it through the container environment, like SAGEMAKER_TFS_* variables.
+        fields["env"] = {**fields.get("env", {}), "TFBATCH_BATCHING_PARAMETERS_FILE": path}
     return TransformSpec.build(**fields)
