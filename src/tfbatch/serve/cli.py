@@ -28,7 +28,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading code/inference.py")
     p.add_argument("--ready-file", help="write {port, grpc_port, ...} JSON here once serving")
-    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
+                   help="server log level (default info)")
 
 
 _RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "num_batch_threads")
