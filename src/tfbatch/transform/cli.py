@@ -20,6 +20,7 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--manifest", help="ManifestFile URI")
     p.add_argument("--output", help="output prefix (S3OutputPath)")
     p.add_argument("--job", help="CreateTransformJob request JSON; flags override it")
+    p.add_argument("--kms-key-id", help="TransformOutput.KmsKeyId: write S3 outputs with SSE-KMS under this key")
     p.add_argument("--content-type", help="ContentType of the records, e.g. application/x-image, application/json")
     p.add_argument("--compression", choices=["None", "Gzip"], help="CompressionType of the input objects")
     p.add_argument("--split-type", choices=["None", "Line", "RecordIO", "TFRecord"],
@@ -62,7 +63,7 @@ def spec_from_args(args: argparse.Namespace):
         "batch_strategy", "max_payload_mb", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
-        "engine",
+        "engine", "kms_key_id",
     ]
     for name in names:
         value = getattr(args, name, None)

@@ -51,7 +51,10 @@ def run_transform(spec: TransformSpec | None = None, *, progress: str | Progress
     """
     from tfbatch.engines import get_engine
 
+    from tfbatch.storage.s3options import set_job_options
+
     spec = _as_spec(spec, fields)
+    set_job_options(kms_key_id=spec.kms_key_id)  # the driver's own writes (ledger, report) too
     engine = get_engine(spec.engine)
     ledger = Ledger.for_spec(spec)
     bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
