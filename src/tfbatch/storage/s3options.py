@@ -39,6 +39,17 @@ def cache_key() -> tuple[Any, ...]:
     return (*(os.environ.get(name) for name in ENV_NAMES), tuple(sorted(_job.items())))
 
 
+def new_s3_filesystem() -> Any:
+    """An s3fs filesystem with these options, uncached (tfbatch's own cache decides reuse)."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_options())
+    # s3fs's retry loop is a class attribute, not a constructor option: one pass per call,
+    # tfbatch's retry() owns the policy
+    fs.retries = 1
+    return fs
+
+
 def s3_options(env: os._Environ | dict[str, str] | None = None) -> dict[str, Any]:
     """Keyword arguments for ``s3fs.S3FileSystem``."""
     env = os.environ if env is None else env
@@ -46,7 +57,6 @@ def s3_options(env: os._Environ | dict[str, str] | None = None) -> dict[str, Any
     # inherits that; passing it explicitly as well keeps older stacks working.
     options: dict[str, Any] = {
         "use_listings_cache": False,
-        "retries": 1,  # s3fs's own retry loop: one pass, tfbatch's retry() owns the policy
         "config_kwargs": {"retries": {"total_max_attempts": 1}},
     }
     ignore = env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in _TRUE

@@ -94,12 +94,6 @@ def relative_key(prefix: str, uri: str) -> str:
     return uri_n[len(dirname_prefix(prefix_n)):]
 
 
-def _s3_options() -> dict[str, Any]:
-    from tfbatch.storage.s3options import s3_options
-
-    return s3_options()
-
-
 def _cache_key(proto: str) -> tuple[Any, ...]:
     if proto != "s3":
         return (proto,)
@@ -125,11 +119,12 @@ def _new_filesystem(proto: str) -> Any:
         raise DependencyMissing("fsspec is required for storage: pip install fsspec") from exc
     if proto == "s3":
         try:
-            import s3fs
+            import s3fs  # noqa: F401 - only to give the install hint
         except ImportError as exc:
             raise DependencyMissing("s3:// URIs need s3fs: pip install 'tfbatch[s3]'") from exc
-        # skip_instance_cache: our own cache is the one place that decides reuse.
-        return s3fs.S3FileSystem(skip_instance_cache=True, **_s3_options())
+        from tfbatch.storage.s3options import new_s3_filesystem
+
+        return new_s3_filesystem()
     try:
         return fsspec.filesystem(proto)
     except (ImportError, ValueError) as exc:
