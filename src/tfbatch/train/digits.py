@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfbatch.errors import InvalidInput
+from tfbatch.errors import DependencyMissing, InvalidInput
 
 DIGIT_CLASS_NAMES: list[str] = [
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
@@ -36,8 +36,11 @@ def load_digits_split(
     """
     if not 0.0 < test_fraction < 1.0:
         raise InvalidInput(f"test_fraction: expected a value in (0, 1), got {test_fraction}")
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as exc:  # an extra since scikit-learn/scipy are heavy and only the demo needs them
+        raise DependencyMissing("the digits dataset ships with scikit-learn: pip install 'tfbatch[demo]'") from exc
 
     data = load_digits()
     # sklearn's pixels are counts 0..16 (4x4 blocks of a 32x32 bitmap); 16 -> 255.
