@@ -1,4 +1,4 @@
-"""Retries with exponential backoff and full jitter, for transient storage failures only.
+"""Retries with exponential backoff and equal jitter, for transient storage failures only.
 
 A 403 or 404 will not heal by waiting, so retrying it only delays the real error; a dropped
 connection, a timeout, a 5xx or a SlowDown usually does heal. Errors are classified by
@@ -113,17 +113,24 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def backoff_delay(attempt: int, base_delay: float, max_delay: float) -> float:
-    """Full jitter: uniform in [0, min(max_delay, base_delay * 2**attempt)]."""
-    return random.uniform(0.0, min(max_delay, base_delay * (2**attempt)))
+# Equal jitter (half fixed, half random): spreads clients out like full jitter, but keeps a
+# floor, so the 5 default attempts always span >= 1.9 s and ride out a short outage.
+BASE_DELAY = 0.25
+MAX_DELAY = 5.0
+
+
+def backoff_delay(attempt: int, base_delay: float = BASE_DELAY, max_delay: float = MAX_DELAY) -> float:
+    """Equal jitter: uniform in [cap/2, cap], cap = min(max_delay, base_delay * 2**attempt)."""
+    cap = min(max_delay, base_delay * (2**attempt))
+    return cap / 2 + random.uniform(0.0, cap / 2)
 
 
 def retry(
     fn: Callable[[], T],
     *,
     attempts: int | None = None,
-    base_delay: float = 0.1,
-    max_delay: float = 5.0,
+    base_delay: float = BASE_DELAY,
+    max_delay: float = MAX_DELAY,
     is_transient: Callable[[BaseException], bool] = is_transient,
     sleep: Callable[[float], None] = time.sleep,
 ) -> T:

@@ -102,7 +102,7 @@ class _RetryingReader(io.RawIOBase):
                 if attempt == self._attempts - 1:
                     log.warning("storage: reading %s gave up after %d attempts: %s", self._uri, self._attempts, exc)
                     raise
-                delay = backoff_delay(attempt, 0.1, 5.0)
+                delay = backoff_delay(attempt)
                 log.warning("storage: reading %s failed at offset %d (%s: %s); reopening in %.2fs",
                             self._uri, self._pos, type(exc).__name__, exc, delay)
                 self._drop()
