@@ -109,6 +109,7 @@ def _demo_distributed(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole ``tfbatch`` parser, subsystems' commands included."""
     parser = argparse.ArgumentParser(prog="tfbatch", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")

@@ -131,6 +131,7 @@ class TransformJob:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Run the job in a background thread (``wait()`` collects the report)."""
         self._thread = threading.Thread(target=self._run, name="tfbatch-transform", daemon=True)
         self._thread.start()
 
@@ -185,6 +186,7 @@ class LocalEndpoint:
     @classmethod
     def start(cls, model_data: str, *, workers: int = 1, port: int = 0, grpc_port: int = -1,
               env: Mapping[str, str] | None = None, startup_timeout: float = 300.0) -> "LocalEndpoint":
+        """Start ``tfbatch serve`` on 127.0.0.1 with a random bearer token; returns once it listens."""
         workdir = Path(tempfile.mkdtemp(prefix="tfbatch-endpoint-"))
         ready = workdir / "ready.json"
         token = secrets.token_urlsafe(24)

@@ -38,10 +38,12 @@ class FaultProxy:
 
     @property
     def url(self) -> str:
+        """The proxy's base URL (point AWS_ENDPOINT_URL here)."""
         assert self._server is not None, "start() first"
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def count(self, method: str, path: str) -> int:
+        """Requests seen for ``method`` on ``path`` (query string ignored), failed ones included."""
         with self._lock:
             return self.requests[(method, path)]
 
@@ -54,6 +56,7 @@ class FaultProxy:
             return False
 
     def start(self) -> "FaultProxy":
+        """Listen on a free loopback port, serving from a daemon thread."""
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -93,6 +96,7 @@ class FaultProxy:
         return self
 
     def stop(self) -> None:
+        """Stop listening and close the upstream session."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

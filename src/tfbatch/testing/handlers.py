@@ -31,10 +31,12 @@ class HandlerResult:
 
     @property
     def ok(self) -> bool:
+        """A 2xx status."""
         return 200 <= self.status < 300
 
     @property
     def text(self) -> str:
+        """The body decoded as UTF-8."""
         return self.body.decode("utf-8")
 
     def json(self) -> Any:
@@ -85,6 +87,7 @@ class LocalModel:
         return service._context(req, name, version, method)
 
     def close(self) -> None:
+        """Release the model, the loopback endpoints and the extracted archive; restore the env."""
         if self._stack is None:
             return
         self._stack.close()
