@@ -66,7 +66,16 @@ def test_settings_tfbatch_cannot_honour_are_refused(tmp_path, linear_model):
         tfbatch.Transformer(linear_model).transform(tmp_path)
 
 
-def test_output_kms_key_writes_s3_outputs_with_sse_kms(s3_server, s3_bucket, linear_model):
+@pytest.fixture
+def _fresh_job_options():
+    """The job's KMS key is process-wide storage state: leave none behind for later tests."""
+    from tfbatch.storage.s3options import set_job_options
+
+    yield
+    set_job_options()
+
+
+def test_output_kms_key_writes_s3_outputs_with_sse_kms(s3_server, s3_bucket, linear_model, _fresh_job_options):
     client = s3_server.client()
     client.put_object(Bucket=s3_bucket, Key="in/a.jsonl", Body=JSONL)
     key_id = f"arn:aws:kms:us-east-1:123456789012:key/{uuid.uuid4()}"
