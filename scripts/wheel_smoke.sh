@@ -14,7 +14,8 @@ echo "[wheel] building in $work" >&2
 "$PY" -m venv "$work/tools"
 "$work/tools/bin/python" -m pip install "${pip_q[@]}" -r "$root/requirements/ci-tools.txt"
 echo "[wheel] tools at ${SECONDS}s" >&2
-"$work/tools/bin/python" -m build --outdir "$work/dist" "$root" >/dev/null
+"$work/tools/bin/python" -m build --outdir "$work/dist" "$root" >"$work/build.log" 2>&1 \
+    || { cat "$work/build.log" >&2; exit 1; }
 "$work/tools/bin/python" -m twine check --strict "$work"/dist/*
 wheel="$(ls "$work"/dist/*.whl)"
 "$work/tools/bin/python" - "$wheel" <<'PY'
