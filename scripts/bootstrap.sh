@@ -7,7 +7,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
 venv="$root/.venv"
-lock="$root/requirements/lock.txt"
+# runtime.txt (what the wheel's extras bring) + dev.txt (tests, benchmarks); dev.txt includes runtime.txt
+lock="$root/requirements/dev.txt"
 
 device="${TFBATCH_DEVICE:-}"
 if [ -z "$device" ]; then
@@ -16,7 +17,7 @@ fi
 tf_req="$root/requirements/tf-$device.txt"
 
 stamp="$venv/.tfbatch-installed"
-want="$(cat "$lock" "$tf_req" pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat "$lock" "$root/requirements/runtime.txt" "$root/requirements/no-deps.txt" "$tf_req" pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -28,8 +29,8 @@ fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 echo "[bootstrap] installing pinned dependencies ($device)" >&2
 "${pip[@]}" install -r "$lock" -r "$tf_req"
-# tensorflow-serving-api declares a dependency on the full "tensorflow" wheel; its protos only need
-# the tensorflow(-cpu) already installed, so it goes in without dependencies.
+# tensorflow-serving-api (the tests' independent gRPC client) declares a dependency on the full
+# "tensorflow" wheel; its modules only need the tensorflow(-cpu) already installed.
 "${pip[@]}" install --no-deps -r "$root/requirements/no-deps.txt"
 "${pip[@]}" install --no-deps --no-build-isolation -e "$root"
 echo "$want" > "$stamp"

@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``tfbatch`` command. The parser is built on call, never at import time."""
 
 from __future__ import annotations
@@ -6,9 +7,66 @@ import argparse
 import json
 import logging
 import sys
+import traceback
 from typing import Sequence
 
-from tfbatch.errors import TfbatchError
+from tfbatch.errors import (
+    ArtifactError,
+    ConfigError,
+    DependencyMissing,
+    HandlerError,
+    InvalidInput,
+    NotFound,
+    TfbatchError,
+)
+
+# Exit codes, documented in the README and the --help epilog.
+EXIT_OK = 0
+EXIT_RECORDS_FAILED = 1  # the job ran; some records or objects failed (see errors.jsonl)
+EXIT_USAGE = 2  # bad flags, job spec, artifact or handler script: fix the input and rerun
+EXIT_INFRASTRUCTURE = 3  # storage, network, cluster or an unexpected fault: rerunning may succeed
+
+DESCRIPTION = """\
+TensorFlow batch inference, serving and training on image data, with the model.tar.gz
+artifacts and Batch Transform job settings of SageMaker's TensorFlow Serving container."""
+
+EPILOG = """\
+exit status:
+  0  success
+  1  the job finished but some records failed (listed in <output>/_tfbatch/errors.jsonl)
+  2  usage or configuration error (flags, job JSON, artifact, inference.py)
+  3  infrastructure error (storage, network, Ray cluster, unexpected fault)
+
+Run 'tfbatch COMMAND --help' for a command's options. Shell completion:
+  pip install argcomplete && eval "$(register-python-argcomplete tfbatch)"
+"""
+
+_USAGE_ERRORS = (ConfigError, InvalidInput, NotFound, ArtifactError, DependencyMissing, HandlerError)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The process exit status for an error that ended a command."""
+    if isinstance(exc, _USAGE_ERRORS):
+        return EXIT_USAGE
+    if isinstance(exc, TfbatchError):
+        return EXIT_INFRASTRUCTURE
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
+        return EXIT_USAGE  # a path the user gave
+    if isinstance(exc, ValueError):
+        return EXIT_USAGE
+    return EXIT_INFRASTRUCTURE
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from tfbatch import __version__
+
+    try:
+        installed = version("tfbatch")
+    except PackageNotFoundError:
+        installed = __version__
+    return f"tfbatch {installed} (Python {sys.version.split()[0]})"
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -69,27 +127,33 @@ def _demo_distributed(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole ``tfbatch`` parser, subsystems' commands included."""
     from tfbatch.transform.cli import add_transform_arguments
 
-    parser = argparse.ArgumentParser(prog="tfbatch", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="count", default=0)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="tfbatch", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log progress (-v) or everything (-vv) to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("inspect", help="list models, versions and signatures of an artifact")
-    p.add_argument("model")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("inspect", help="list models, versions and signatures of an artifact",
+                       description="List the models, versions and signatures in a model.tar.gz or model folder.")
+    p.add_argument("model", help="model.tar.gz or model folder (path or URI)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=_cmd_inspect)
 
-    p = sub.add_parser("package", help="build model.tar.gz from SavedModels and a code/ folder")
-    p.add_argument("savedmodels", nargs="+")
+    p = sub.add_parser("package", help="build model.tar.gz from SavedModels and a code/ folder",
+                       description="Build a SageMaker-style model.tar.gz from SavedModel folders.")
+    p.add_argument("savedmodels", nargs="+", metavar="SAVEDMODEL", help="SavedModel folder(s)")
     p.add_argument("--code", help="folder holding inference.py, requirements.txt, lib/")
     p.add_argument("--name", action="append", help="model name (repeat for several models)")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output", required=True, help="where to write the archive")
     p.set_defaults(func=_cmd_package)
 
     p = sub.add_parser("demo", help="train on digits, package, transform PNGs, print accuracy")
-    p.add_argument("--workdir", default="demo-output")
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--workdir", default="demo-output", help="folder for the demo's files (default demo-output)")
+    p.add_argument("--epochs", type=int, default=30, help="training epochs (default 30)")
     p.add_argument("--distributed", type=int, metavar="N", default=0,
                    help="train data-parallel with N worker processes from TFRecords, then evaluate")
     p.set_defaults(func=_cmd_demo)
@@ -112,17 +176,36 @@ def _add_subsystem_commands(sub) -> None:
         module.add_parser(sub)
 
 
+def _enable_completion(parser: argparse.ArgumentParser) -> None:
+    """Shell completion when argcomplete is installed (it exits here while completing)."""
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``tfbatch`` with ``argv``; returns the exit status (see EPILOG)."""
+    parser = build_parser()
+    _enable_completion(parser)
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose > 1 else logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         return args.func(args)
-    except TfbatchError as err:
-        print(f"tfbatch {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"tfbatch {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - every failure becomes one line and a documented status
+        code = exit_code_for(err)
+        if args.verbose:
+            traceback.print_exc()
+        message = str(err) if isinstance(err, TfbatchError) else f"{type(err).__name__}: {err} (-v shows where)"
+        print(f"tfbatch {args.command}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

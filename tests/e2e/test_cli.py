@@ -53,3 +53,62 @@ def test_unsafe_or_missing_model_is_a_clear_error(tmp_path):
     assert proc.returncode == 2
     assert "missing.tar.gz" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ---- exit statuses (README "Exit status"): 0 ok, 1 records failed, 2 usage/config, 3 infrastructure ----
+
+def test_version_names_the_package_version():
+    from tfbatch import __version__
+
+    assert tfbatch("--version").stdout.startswith(f"tfbatch {__version__} ")
+
+
+def test_unknown_flag_is_a_usage_error():
+    proc = tfbatch("inspect", "model.tar.gz", "--no-such-flag", check=False)
+    assert proc.returncode == 2 and "--no-such-flag" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def linear(tmp_path_factory):
+    from tfbatch.testing.models import make_linear_model
+
+    root = tmp_path_factory.mktemp("linear")
+    make_linear_model(root / "1")
+    return root
+
+
+def test_failed_records_exit_1_and_good_ones_still_land(tmp_path, linear):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.jsonl").write_text("[1, 2, 3]\n[1, 2]\n")  # second record has the wrong width
+    proc = tfbatch("transform", "--model", str(linear), "--input", str(tmp_path / "in"), "--output",
+                   str(tmp_path / "out"), "--content-type", "application/json", "--split-type", "Line", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "1 failed" in proc.stdout
+    assert (tmp_path / "out" / "_tfbatch" / "errors.jsonl").read_text().count("\n") == 1
+
+
+def test_a_job_json_setting_tfbatch_cannot_honour_exits_2(tmp_path, linear):
+    job = {"TransformInput": {"DataSource": {"S3DataSource": {"S3Uri": str(tmp_path)}}},
+           "TransformOutput": {"S3OutputPath": str(tmp_path / "out")},
+           "DataCaptureConfig": {"DestinationS3Uri": "s3://bucket/capture"}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    proc = tfbatch("transform", "--model", str(linear), "--job", str(tmp_path / "job.json"), check=False)
+    assert proc.returncode == 2
+    assert "DataCaptureConfig" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_unreachable_storage_is_an_infrastructure_error_exit_3(tmp_path, linear):
+    import os
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1", "TFBATCH_STORAGE_ATTEMPTS": "1"}
+    env.pop("AWS_ENDPOINT_URL_S3", None)
+    proc = subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(linear), "--input",
+                           "s3://bucket/in/", "--output", str(tmp_path / "out"), "--content-type",
+                           "application/json"], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Callable
 
 from tfbatch.errors import DependencyMissing, HandlerError
+from tfbatch.tfs.serving_apis import provide_tensorflow_serving
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,8 @@ def load_module(script: Path) -> ModuleType:
         for extra in (code_dir / "lib", code_dir):
             if extra.is_dir() and str(extra) not in sys.path:
                 sys.path.insert(0, str(extra))
+        # scripts written for the SageMaker container import tensorflow_serving.apis
+        provide_tensorflow_serving()
         spec = importlib.util.spec_from_file_location(MODULE_NAME, script)
         if spec is None or spec.loader is None:
             raise HandlerError(f"cannot import handler script {script}")

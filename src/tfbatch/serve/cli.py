@@ -59,7 +59,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading code/inference.py")
     p.add_argument("--ready-file", help="write {port, grpc_port, ...} JSON here once serving")
-    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"],
+                   help="server log level (default info)")
     p.add_argument("--log-format", choices=["plain", "json"],
                    help="plain lines or one JSON object per line (access log fields included)")
 

@@ -9,14 +9,18 @@ target; on S3 it is one PUT, or a multipart upload completed only after the last
 from __future__ import annotations
 
 import io
+import logging
 import os
 import secrets
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from tfbatch.errors import NotFound
-from tfbatch.storage.backoff import is_transient, retry
+from tfbatch.storage.backoff import backoff_delay, default_attempts, is_transient, retry
 from tfbatch.storage.uri import LOCAL, get_fs, normalize, protocol_of, split_s3
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ObjectNotFound",
@@ -47,13 +51,13 @@ def _not_found(uri: str, exc: BaseException) -> ObjectNotFound:
     return err
 
 
-def _open_raw(uri: str) -> BinaryIO:
+def _open_raw(uri: str, attempts: int | None = None) -> BinaryIO:
     fs, path = get_fs(uri)
     try:
         if protocol_of(uri) == "s3":
             # s3fs defaults to 50 MiB read-ahead blocks; many workers x that is too much memory.
-            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK))
-        return retry(lambda: fs.open(path, "rb"))
+            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK), attempts=attempts)
+        return retry(lambda: fs.open(path, "rb"), attempts=attempts)
     except FileNotFoundError as exc:
         raise _not_found(uri, exc) from exc
 
@@ -61,10 +65,10 @@ def _open_raw(uri: str) -> BinaryIO:
 class _RetryingReader(io.RawIOBase):
     """A read-only stream that reopens at the current offset after a transient failure."""
 
-    def __init__(self, uri: str, attempts: int = 5):
+    def __init__(self, uri: str, attempts: int | None = None):
         super().__init__()
         self._uri = uri
-        self._attempts = attempts
+        self._attempts = attempts or default_attempts()
         self._pos = 0
         self._f: BinaryIO | None = _open_raw(uri)
 
@@ -87,14 +91,22 @@ class _RetryingReader(io.RawIOBase):
         for attempt in range(self._attempts):
             try:
                 if self._f is None:
-                    self._f = _open_raw(self._uri)
+                    # one request: the reopen counts against this read's attempts, not a nested loop
+                    self._f = _open_raw(self._uri, attempts=1)
                     self._f.seek(self._pos)
                 data = self._f.read(len(view))
                 break
             except Exception as exc:
-                if attempt == self._attempts - 1 or not is_transient(exc):
+                if not is_transient(exc):
                     raise
+                if attempt == self._attempts - 1:
+                    log.warning("storage: reading %s gave up after %d attempts: %s", self._uri, self._attempts, exc)
+                    raise
+                delay = backoff_delay(attempt)
+                log.warning("storage: reading %s failed at offset %d (%s: %s); reopening in %.2fs",
+                            self._uri, self._pos, type(exc).__name__, exc, delay)
                 self._drop()
+                time.sleep(delay)
         n = len(data)
         view[:n] = data
         self._pos += n

@@ -94,34 +94,12 @@ def relative_key(prefix: str, uri: str) -> str:
     return uri_n[len(dirname_prefix(prefix_n)):]
 
 
-def _s3_options() -> dict[str, Any]:
-    # botocore >= 1.31 reads AWS_ENDPOINT_URL(_S3) itself, and the aiobotocore that s3fs uses
-    # inherits that; passing it explicitly as well keeps older stacks working and makes the
-    # endpoint part of the cache key, so a changed environment gets a fresh client.
-    options: dict[str, Any] = {"use_listings_cache": False}
-    ignore = os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in ("1", "true")
-    endpoint = None if ignore else (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
-    if endpoint:
-        options["client_kwargs"] = {"endpoint_url": endpoint}
-    return options
-
-
 def _cache_key(proto: str) -> tuple[Any, ...]:
     if proto != "s3":
         return (proto,)
-    env = tuple(
-        os.environ.get(name)
-        for name in (
-            "AWS_ENDPOINT_URL_S3",
-            "AWS_ENDPOINT_URL",
-            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-            "AWS_ACCESS_KEY_ID",
-            "AWS_PROFILE",
-            "AWS_DEFAULT_REGION",
-            "AWS_REGION",
-        )
-    )
-    return (proto, env)
+    from tfbatch.storage.s3options import cache_key
+
+    return (proto, cache_key())
 
 
 def _reset_after_fork() -> None:
@@ -139,11 +117,12 @@ def _new_filesystem(proto: str) -> Any:
 
     if proto == "s3":
         try:
-            import s3fs
+            import s3fs  # noqa: F401 - only to give the install hint
         except ImportError as exc:
-            raise DependencyMissing("s3:// URIs need s3fs and boto3: pip install 'tfbatch[s3]'") from exc
-        # skip_instance_cache: our own cache is the one place that decides reuse.
-        return s3fs.S3FileSystem(skip_instance_cache=True, **_s3_options())
+            raise DependencyMissing("s3:// URIs need s3fs: pip install 'tfbatch[s3]'") from exc
+        from tfbatch.storage.s3options import new_s3_filesystem
+
+        return new_s3_filesystem()
     try:
         return fsspec.filesystem(proto)
     except (ImportError, ValueError) as exc:

@@ -1,4 +1,4 @@
-"""TF Serving's gRPC API over a ModelServer, with the ``tensorflow-serving-api`` protos.
+"""TF Serving's gRPC API over a ModelServer, with the protos generated into :mod:`tfbatch.tfs.protos`.
 
 PredictionService: Predict, Classify, Regress, GetModelMetadata. ModelService: GetModelStatus.
 Handler scripts written for the SageMaker TFS container build a ``PredictionServiceStub`` on
@@ -18,7 +18,7 @@ import numpy as np
 from google.protobuf import json_format
 from tensorflow.core.example import example_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
-from tensorflow_serving.apis import (
+from tfbatch.tfs.protos.tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfbatch.errors import InvalidInput
+from tfbatch.errors import DependencyMissing, InvalidInput
 from tfbatch.labels import DIGIT_CLASS_NAMES, image_filename, label_from_filename
 
 __all__ = ["DIGIT_CLASS_NAMES", "image_filename", "label_from_filename", "load_digits_split", "write_png_folder"]
@@ -31,8 +31,11 @@ def load_digits_split(
     """
     if not 0.0 < test_fraction < 1.0:
         raise InvalidInput(f"test_fraction: expected a value in (0, 1), got {test_fraction}")
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    try:
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+    except ImportError as exc:  # an extra since scikit-learn/scipy are heavy and only the demo needs them
+        raise DependencyMissing("the digits dataset ships with scikit-learn: pip install 'tfbatch[demo]'") from exc
 
     data = load_digits()
     # sklearn's pixels are counts 0..16 (4x4 blocks of a 32x32 bitmap); 16 -> 255.

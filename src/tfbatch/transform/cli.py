@@ -24,33 +24,37 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--manifest", help="ManifestFile URI")
     p.add_argument("--output", help="output prefix (S3OutputPath)")
     p.add_argument("--job", help="CreateTransformJob request JSON; flags override it")
-    p.add_argument("--content-type")
-    p.add_argument("--compression", choices=["None", "Gzip"])
-    p.add_argument("--split-type", choices=["None", "Line", "RecordIO", "TFRecord"])
-    p.add_argument("--batch-strategy", choices=["SingleRecord", "MultiRecord"])
-    p.add_argument("--max-payload-mb", type=int)
+    p.add_argument("--kms-key-id", help="TransformOutput.KmsKeyId: write S3 outputs with SSE-KMS under this key")
+    p.add_argument("--content-type", help="ContentType of the records, e.g. application/x-image, application/json")
+    p.add_argument("--compression", choices=["None", "Gzip"], help="CompressionType of the input objects")
+    p.add_argument("--split-type", choices=["None", "Line", "RecordIO", "TFRecord"],
+                   help="SplitType: how an object is cut into records (None: one record per object)")
+    p.add_argument("--batch-strategy", choices=["SingleRecord", "MultiRecord"],
+                   help="BatchStrategy: one record per request, or as many as --max-payload-mb allows")
+    p.add_argument("--max-payload-mb", type=int, help="MaxPayloadInMB: request size limit (default 6)")
     p.add_argument("--max-record-mb", type=int,
                    help="largest record (the whole object with split type None) read, in MiB; "
                         "MaxPayloadInMB applies too when smaller (default 100)")
     p.add_argument("--max-image-pixels", type=int,
                    help="largest image (width x height, from its header) decoded or sent to the model "
                         "(default 50000000)")
-    p.add_argument("--max-concurrent-transforms", type=int)
-    p.add_argument("--accept")
-    p.add_argument("--assemble-with", choices=["None", "Line"])
-    p.add_argument("--instance-count", type=int)
-    p.add_argument("--input-filter")
-    p.add_argument("--output-filter")
-    p.add_argument("--join-source", choices=["None", "Input"])
+    p.add_argument("--max-concurrent-transforms", type=int, help="MaxConcurrentTransforms: requests in flight per instance")
+    p.add_argument("--accept", help="Accept: content type asked of the handler for the outputs")
+    p.add_argument("--assemble-with", choices=["None", "Line"], help="AssembleWith: how outputs of one object are joined")
+    p.add_argument("--instance-count", type=int, help="InstanceCount: worker processes (or Ray actors)")
+    p.add_argument("--input-filter", help="DataProcessing.InputFilter JSONPath, e.g. '$[1:]'")
+    p.add_argument("--output-filter", help="DataProcessing.OutputFilter JSONPath applied to the joined output")
+    p.add_argument("--join-source", choices=["None", "Input"], help="DataProcessing.JoinSource: Input joins each input to its output")
     p.add_argument("--env", type=_key_value, action="append", metavar="K=V", help="repeatable")
-    p.add_argument("--invocations-timeout", type=int)
-    p.add_argument("--invocations-max-retries", type=int)
+    p.add_argument("--invocations-timeout", type=int, help="InvocationsTimeoutInSeconds per request")
+    p.add_argument("--invocations-max-retries", type=int, help="InvocationsMaxRetries per request")
     p.add_argument("--max-batch-size", type=int, help="model batch size formed across requests and files")
-    p.add_argument("--batch-timeout-ms", type=float)
+    p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "
                         "--batch-timeout-ms and SAGEMAKER_TFS_* (docs/serving.md)")
-    p.add_argument("--on-error", choices=["continue", "fail-object"])
+    p.add_argument("--on-error", choices=["continue", "fail-object"],
+                   help="a failed record costs one error line (continue) or its whole object (fail-object)")
     p.add_argument("--install-requirements", action="store_true", default=None,
                    help="pip-install code/requirements.txt before loading the handler script")
     p.add_argument("--no-resume", dest="resume", action="store_false", default=None,
@@ -74,7 +78,7 @@ def spec_from_args(args: argparse.Namespace):
         "batch_strategy", "max_payload_mb", "max_record_mb", "max_image_pixels", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
-        "engine", "follow_symlinks",
+        "engine", "follow_symlinks", "kms_key_id",
     ]
     for name in names:
         value = getattr(args, name, None)

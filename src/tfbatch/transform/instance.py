@@ -58,6 +58,9 @@ class InstanceRunner:
     def open(self) -> "InstanceRunner":
         from tfbatch.handlers.stack import build_stack
 
+        from tfbatch.storage.s3options import set_job_options
+
+        set_job_options(kms_key_id=self.spec.kms_key_id)  # SSE-KMS on this worker's S3 writes
         env = self.spec.container_env()
         self._saved_env = {k: os.environ.get(k) for k in env}
         self.stack = build_stack(

@@ -51,6 +51,9 @@ def run_job(spec: TransformSpec, engine: Engine, *, progress: str | Progress | N
     ``progress``: "auto" (a bar on a terminal, else log lines on stderr), "bar", "log",
     a Progress, or None (quiet).
     """
+    from tfbatch.storage.s3options import set_job_options
+
+    set_job_options(kms_key_id=spec.kms_key_id)  # the driver's own writes (ledger, report) too
     ledger = Ledger.for_spec(spec)
     bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
     ledger.remove_stale_temp_files(normalize(spec.output))

@@ -64,6 +64,8 @@ class TransformSpec(BaseModel):
     follow_symlinks: bool = False
     # Skip objects the output location's ledger records as finished by this same job.
     resume: bool = True
+    # TransformOutput.KmsKeyId: outputs are written with SSE-KMS under this key (S3 only)
+    kms_key_id: str | None = None
 
     @field_validator("env")
     @classmethod
@@ -186,6 +188,10 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
     if not isinstance(request, dict):
         raise ConfigError("a CreateTransformJob request must be a JSON object")
 
+    for unsupported in ("DataCaptureConfig", "BatchDataCaptureConfig"):
+        if request.get(unsupported) is not None:
+            raise ConfigError(f"{unsupported} is not supported by tfbatch: remove it from the job "
+                               "(inputs and outputs already stay under the input and output prefixes)")
     fields: dict[str, Any] = {}
     ds = _get(request, "TransformInput", "DataSource", "S3DataSource") or {}
     uri, data_type = ds.get("S3Uri"), ds.get("S3DataType", "S3Prefix")
@@ -206,6 +212,7 @@ def spec_from_create_transform_job(request: dict | str | Path) -> dict[str, Any]
         ("TransformOutput", "S3OutputPath"): "output",
         ("TransformOutput", "Accept"): "accept",
         ("TransformOutput", "AssembleWith"): "assemble_with",
+        ("TransformOutput", "KmsKeyId"): "kms_key_id",
         ("TransformResources", "InstanceCount"): "instance_count",
         ("DataProcessing", "InputFilter"): "input_filter",
         ("DataProcessing", "OutputFilter"): "output_filter",

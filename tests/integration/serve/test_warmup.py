@@ -142,7 +142,7 @@ def _session_run_log():
         (lambda: frame_tfrecord(predict_log({"x": np.ones((1, 1), np.float32)}).SerializeToString()) * 1001,
          r"has more than 1000 records"),
         # a length field claiming 4 GiB: refused from the header, nothing that size is read
-        (lambda: _huge_record_header(), r"record 0: .*exceeds the record limit of 536870912 bytes"),
+        (lambda: _huge_record_header(), r"record 0: .*exceeds the record limit of 104857600 bytes"),
     ],
 )
 def test_a_malformed_warmup_file_fails_the_load_naming_file_and_record(counting, content, message):

@@ -1,0 +1,125 @@
+"""Regenerates src/tfbatch/tfs/protos/ (TF Serving's gRPC API) with grpcio-tools.
+
+    python scripts/gen_tfs_protos.py SITE_PACKAGES     # a site-packages holding tensorflow-serving-api
+
+Why tfbatch carries generated modules instead of depending on ``tensorflow-serving-api``: that
+distribution requires the full ``tensorflow`` wheel, so ``pip install "tfbatch[cpu]"`` would pull
+a second TensorFlow next to ``tensorflow-cpu`` (and ``[gpu]`` a third copy of the same files). The
+messages and services tfbatch answers are wire contracts that change rarely; regenerating them
+here keeps every install able to speak gRPC with nothing but ``grpcio`` and ``protobuf``.
+
+Input: the serialized FileDescriptorProtos embedded in an installed ``tensorflow-serving-api``
+(and ``tensorflow``/``protobuf`` for the files they import), so no TF Serving source checkout is
+needed. They are written as a FileDescriptorSet and compiled with ``protoc --descriptor_set_in``:
+the output is what protoc makes from the .proto sources, with imports of ``tensorflow_serving.*``
+rewritten to ``tfbatch.tfs.protos.tensorflow_serving.*``. ``tensorflow.core.*`` imports are left
+alone: the servicers already need TensorFlow.
+
+Needs ``grpcio-tools`` in the running interpreter (not a tfbatch dependency: run it from a
+throw-away venv).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from google.protobuf import descriptor_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "src" / "tfbatch" / "tfs" / "protos"
+# The services tfbatch implements; everything they import comes along.
+ROOTS = [
+    "tensorflow_serving/apis/prediction_service.proto",
+    "tensorflow_serving/apis/model_service.proto",
+]
+_SERIALIZED = re.compile(r"AddSerializedFile\((b'.*?')\)\n", re.S)
+
+
+def serialized_descriptor(site: Path, proto: str) -> bytes:
+    """The FileDescriptorProto that ``proto``'s generated module registers."""
+    module_path = proto.replace(".proto", "_pb2.py")
+    # TensorFlow's wheel relocates XLA/TSL protos under tensorflow/compiler/
+    candidates = [site / module_path, site / "tensorflow" / "compiler" / module_path]
+    if proto.startswith("google/protobuf/"):
+        import google.protobuf
+
+        candidates.append(Path(google.protobuf.__file__).parents[1] / module_path)
+    for module in candidates:
+        if module.is_file():
+            match = _SERIALIZED.search(module.read_text())
+            if match:
+                return ast.literal_eval(match.group(1))
+    raise SystemExit(f"no generated module for {proto} under {site}")
+
+
+def closure(site: Path) -> list[descriptor_pb2.FileDescriptorProto]:
+    """Every file the roots need, dependencies before dependants (protoc's order)."""
+    done: dict[str, descriptor_pb2.FileDescriptorProto] = {}
+    order: list[descriptor_pb2.FileDescriptorProto] = []
+
+    def visit(name: str) -> None:
+        if name in done:
+            return
+        fdp = descriptor_pb2.FileDescriptorProto.FromString(serialized_descriptor(site, name))
+        done[name] = fdp
+        for dep in fdp.dependency:
+            visit(dep)
+        order.append(fdp)
+
+    for root in ROOTS:
+        visit(root)
+    return order
+
+
+def main(argv: list[str]) -> int:
+    from grpc_tools import protoc
+
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    site = Path(argv[0])
+    files = closure(site)
+    ours = [f.name for f in files if f.name.startswith("tensorflow_serving/")]
+    with tempfile.TemporaryDirectory() as tmp:
+        fds = Path(tmp) / "set.pb"
+        fds.write_bytes(descriptor_pb2.FileDescriptorSet(file=files).SerializeToString())
+        gen = Path(tmp) / "gen"
+        gen.mkdir()
+        rc = protoc.main(["protoc", f"--descriptor_set_in={fds}", f"--python_out={gen}",
+                          f"--grpc_python_out={gen}", *ours])
+        if rc:
+            return rc
+        if OUT.exists():
+            shutil.rmtree(OUT)
+        OUT.mkdir(parents=True)
+        (OUT / "__init__.py").write_text(INIT)
+        for path in sorted(gen.rglob("*.py")):
+            rel = path.relative_to(gen)
+            if "_pb2_grpc" in rel.name and not path.read_text().count("Stub"):
+                continue  # protoc writes an empty *_grpc module for every message-only file
+            dest = OUT / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            for parent in rel.parents:
+                if str(parent) != ".":
+                    (OUT / parent / "__init__.py").touch()
+            text = path.read_text()
+            text = re.sub(r"^from tensorflow_serving\.", "from tfbatch.tfs.protos.tensorflow_serving.",
+                          text, flags=re.M)
+            dest.write_text(text)
+    print(f"wrote {len(ours)} files under {OUT.relative_to(ROOT)}")
+    return 0
+
+
+INIT = '''"""TF Serving's gRPC messages and services, generated by scripts/gen_tfs_protos.py. Do not edit.
+
+:func:`tfbatch.tfs.serving_apis.apis` is how tfbatch code reaches them.
+"""
+'''
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
