@@ -104,6 +104,43 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
+    def _lane(self):
+        """The batch lane when this job fits it (no script, one image per object), else None."""
+        from tfbatch.transform.batched import BatchLane, lane_blocker
+
+        assert self.stack is not None, "call open() first"
+        reason = lane_blocker(self.spec, self.stack.service)
+        if reason is not None:
+            log.debug("per-object path: %s", reason)
+            return None
+        tuner = None
+        if self.spec.autotune:
+            from tfbatch.transform.autotune import BatchSizeProbe
+
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size)
+        return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
+                         workers=max(2, os.cpu_count() or 1), tuner=tuner)
+
+    def _run_lane(self, lane, refs, done, with_errors, summary, emit, started) -> InstanceSummary:
+        lock = threading.Lock()
+
+        def finished(result: ObjectResult) -> None:
+            with lock:
+                summary.count(result)
+            emit(result)
+
+        def todo():
+            for ref in refs:
+                if ref.key in done:
+                    summary.skipped += 1
+                    continue
+                yield ref, ref.key in with_errors
+
+        lane.run(todo(), lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+        summary.seconds = time.monotonic() - started
+        summary.batches = {lane.stats["name"]: lane.stats}
+        return summary
+
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
@@ -112,6 +149,9 @@ class InstanceRunner:
         with_errors = {k for k in self.ledger.keys_with_errors() if mine(k)}
         if refs is None:
             refs = iter_partition(self.spec, self.instance, self.instance_count)
+        lane = self._lane()
+        if lane is not None:
+            return self._run_lane(lane, refs, done, with_errors, summary, emit, started)
         # Objects in flight: enough for every invocation slot to hold one single-payload object.
         in_flight = max(1, self.spec.concurrency)
         slots = threading.BoundedSemaphore(in_flight)

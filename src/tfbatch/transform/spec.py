@@ -55,6 +55,14 @@ class TransformSpec(BaseModel):
     engine: str = "local"
     # Skip objects the output location's ledger records as finished by this same job.
     resume: bool = True
+    # Opt-in reduced precision (runtime/precision.py refuses it where the hardware lacks it).
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # GPUs per instance for the local engine's CUDA_VISIBLE_DEVICES split (runtime/placement.py);
+    # None spreads the visible GPUs evenly.
+    gpus_per_instance: float | None = Field(default=None, ge=0)
+    # Model batch size chosen from the job's first batches (transform/autotune.py); None means
+    # "yes unless max_batch_size was given", resolved once when the spec is built.
+    autotune: bool | None = None
 
     @field_validator("env")
     @classmethod
@@ -67,6 +75,8 @@ class TransformSpec(BaseModel):
     def _one_source(self) -> "TransformSpec":
         if bool(self.input) == bool(self.manifest):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
+        if self.autotune is None:
+            self.autotune = "max_batch_size" not in self.model_fields_set
         return self
 
     @property
@@ -84,6 +94,8 @@ class TransformSpec(BaseModel):
         import hashlib
 
         fields = self.model_dump(include=_OUTPUT_FIELDS)
+        if self.precision != "fp32":  # only then, so fp32 jobs keep the fingerprints they had
+            fields["precision"] = self.precision
         text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
