@@ -54,12 +54,18 @@ class InstanceRunner:
         self.invoker: Invoker | None = None
         self.pipeline: ObjectPipeline | None = None
         self._saved_env: dict[str, str | None] = {}
+        self.precision_options: dict[str, bool] = {}
 
     def open(self) -> "InstanceRunner":
         from tfbatch.handlers.stack import build_stack
 
+        from tfbatch.runtime.precision import apply_precision, enable_memory_growth
+
         env = self.spec.container_env()
         self._saved_env = {k: os.environ.get(k) for k in env}
+        # Both must happen before the model is loaded: TF fixes GPU memory and rewrites at first use.
+        gpus = enable_memory_growth()
+        self.precision_options = apply_precision(self.spec.precision, gpus)
         self.stack = build_stack(
             self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env
         )
@@ -138,7 +144,7 @@ class InstanceRunner:
 
         lane.run(todo(), lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
         summary.seconds = time.monotonic() - started
-        summary.batches = {lane.stats["name"]: lane.stats}
+        summary.batches = {lane.stats["name"]: {**lane.stats, "precision": self.spec.precision}}
         return summary
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
@@ -177,5 +183,6 @@ class InstanceRunner:
                 pool.submit(one, ref)
         summary.seconds = time.monotonic() - started
         if self.stack is not None:
-            summary.batches = self.stack.model_server.batcher_stats()
+            summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision}
+                               for name, stats in self.stack.model_server.batcher_stats().items()}
         return summary
