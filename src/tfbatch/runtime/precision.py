@@ -59,8 +59,13 @@ def apply_precision(precision: str, gpus: int) -> dict[str, bool]:
 
 
 def enable_memory_growth() -> int:
-    """Memory growth on every visible GPU (before any allocation); returns how many there are."""
-    import tensorflow as tf
+    """Memory growth on every visible GPU (before any allocation); returns how many there are.
+
+    Usually the process's first TensorFlow import, so it goes through ``import_tensorflow``.
+    """
+    from tfbatch.runtime.tf_import import import_tensorflow
+
+    tf = import_tensorflow()
 
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:
