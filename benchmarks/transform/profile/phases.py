@@ -1,9 +1,12 @@
-"""Per-image CPU by phase from a ``py-spy record --threads -f raw`` file (active samples only).
+"""Thread-time per image by phase from a ``py-spy record --threads [--idle] -f raw`` file.
 
-Each sample is one thread seen running (holding the GIL or in native code) at the sampling
-rate, so samples / rate = CPU seconds. Samples are put in the first phase whose marker
-appears in the stack, searched from the leaf up: the leaf-most match names what the thread
-was doing, whatever called it.
+Each sample is one thread seen at the sampling rate, so samples / rate = thread-seconds.
+py-spy's "active" filter (no ``--idle``) still counts threads blocked on a futex inside
+Python code (lock and Future waits), so these are thread-seconds, not CPU seconds: a phase
+full of waiting threads shows how many threads the design keeps parked there. CPU seconds
+per image come from the benchmark (psutil over the process tree). Samples are put in the
+first phase whose marker appears in the stack, searched from the leaf up: the leaf-most
+match names what the thread was doing, whatever called it.
 
     python -m benchmarks.transform.profile.phases FILE --rate 200 --images 500
 """
@@ -50,13 +53,14 @@ def analyse(path: str, rate: float, images: int) -> dict:
         frames = stack.split(";")
         n = int(count)
         by_phase[phase_of(frames[1:])] += n
-        threads[frames[0].split(": ", 1)[-1].rstrip("0123456789_-")] += n
+        name = frames[0].split(": ", 1)[-1]
+        threads["native (no Python frame)" if name.startswith("thread (") else name.rstrip("0123456789_-")] += n
     total = sum(by_phase.values())
     return {
         "file": path,
-        "cpu_s_total": total / rate,
-        "cpu_ms_per_image_by_phase": {k: round(v / rate / images * 1000, 3) for k, v in by_phase.most_common()},
-        "cpu_s_by_thread_kind": {k: round(v / rate, 2) for k, v in threads.most_common(12)},
+        "thread_s_total": total / rate,
+        "thread_ms_per_image_by_phase": {k: round(v / rate / images * 1000, 3) for k, v in by_phase.most_common()},
+        "thread_s_by_thread_kind": {k: round(v / rate, 2) for k, v in threads.most_common(12)},
     }
 
 
