@@ -8,9 +8,10 @@ answer is exactly ``default handling(one image)``, so this lane reads a batch of
 runs the model once on all of them and writes each object's row as the general path would
 have written it, byte for byte (same codec, same one-row slice, same Assembler).
 
-Stages hand over whole batches: a reader pool fills batches (reads and, for tensor
-signatures, decodes in threads that release the GIL), the calling thread feeds the model,
-a writer thread encodes rows and writes outputs and ledger entries. Any object the lane
+Stages hand over whole batches: a few lane threads each read a batch and run the model on
+it (TensorFlow decodes in the graph and releases the GIL, so batches overlap on the cores),
+one writer thread encodes rows, writes outputs, makes them durable once per batch and then
+writes the ledger entries. Any object the lane
 cannot answer the simple way (too large, unreadable, empty, or in a batch the model
 refused) goes through the general path on its own, so every error is reported exactly as
 before.
@@ -53,8 +54,8 @@ def lane_blocker(spec: Any, service: Any) -> str | None:
         return "input/output filters or JoinSource are set"
     servable = service.model_server.resolve(None)
     sig = servable.signatures[servable.default_signature]
-    if len(sig.inputs) != 1:
-        return "the default signature does not take exactly one input"
+    if len(sig.inputs) != 1 or next(iter(sig.inputs.values())).dtype != "string":
+        return "the default signature does not take encoded image bytes (one string input)"
     for info in (*sig.inputs.values(), *sig.outputs.values()):
         if info.shape is None or not info.shape or info.shape[0] is not None:
             return "the signature has no free batch dimension"
@@ -62,12 +63,11 @@ def lane_blocker(spec: Any, service: Any) -> str | None:
 
 
 class _Item:
-    __slots__ = ("ref", "body", "array", "had_error_file")
+    __slots__ = ("ref", "body", "had_error_file")
 
     def __init__(self, ref: ObjectRef, had_error_file: bool):
         self.ref = ref
         self.body: bytes | None = None
-        self.array: np.ndarray | None = None
         self.had_error_file = had_error_file
 
 
@@ -76,8 +76,6 @@ class BatchLane:
 
     def __init__(self, spec: Any, service: Any, ledger: Any, *, batch_size: int, workers: int,
                  batches_ahead: int = 1, tuner: Any = None):
-        from tfbatch.handlers import defaults
-
         self.spec = spec
         self.ledger = ledger
         self.batch_size = max(1, batch_size)
@@ -87,9 +85,7 @@ class BatchLane:
         self.batches_ahead = max(1, batches_ahead)
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
-        (self.input_key, info), = self.sig.inputs.items()
-        self.bytes_input = info.dtype == "string"
-        self._defaults = defaults
+        (self.input_key,) = self.sig.inputs
         self.limit = spec.max_payload_mb * 1024 * 1024 if spec.max_payload_mb else 0
         self.batches = 0
         self.rows = 0
@@ -109,13 +105,9 @@ class BatchLane:
                     body = f.read()
                 if not body or (self.limit and len(body) > self.limit):
                     continue
-                if self.bytes_input:
-                    item.body = body
-                else:
-                    arrays = self._defaults.image_inputs(body, self.sig)
-                    item.array = arrays[self.input_key]
+                item.body = body
             except Exception:  # noqa: BLE001 - the general path reports it properly
-                item.body = item.array = None
+                item.body = None
         return items
 
     def next_batch_size(self) -> int:
@@ -125,16 +117,13 @@ class BatchLane:
             return self.tuner.next_size()
 
     def _ready(self, item: _Item) -> bool:
-        return item.body is not None or item.array is not None
+        return item.body is not None
 
     def _model(self, items: list[_Item]) -> dict[str, np.ndarray] | None:
-        if self.bytes_input:
-            inputs = {self.input_key: np.array([i.body for i in items], dtype=object)}
-        else:
-            inputs = {self.input_key: np.concatenate([i.array for i in items], axis=0)}
-        arrays = self.servable.prepare_inputs(self.sig.name, inputs)
+        inputs = {self.input_key: np.array([i.body for i in items], dtype=object)}
         started = time.monotonic()
         try:
+            arrays = self.servable.prepare_inputs(self.sig.name, inputs)
             outputs = self.servable.run_prepared(self.sig.name, arrays)
         except Exception as exc:  # noqa: BLE001 - one bad image fails the batch; isolate below
             log.debug("batch of %d failed (%s); objects run one by one", len(items), exc)
