@@ -63,11 +63,16 @@ class InstanceRunner:
 
         env = self.spec.container_env()
         self._saved_env = {k: os.environ.get(k) for k in env}
-        # Both must happen before the model is loaded: TF fixes GPU memory and rewrites at first use.
+        from tfbatch.runtime.threads import configure_threads
+
+        settings = runtime_settings(self.spec)
+        # Thread pools, GPU memory growth and graph rewrites are all fixed when TensorFlow
+        # first runs anything, so all three are set here, before the model loads.
+        configure_threads(settings)
         gpus = enable_memory_growth()
         self.precision_options = apply_precision(self.spec.precision, gpus)
         self.stack = build_stack(
-            self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env
+            self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env
         )
         self.invoker = Invoker(
             self.stack.service,
