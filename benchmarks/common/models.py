@@ -12,6 +12,7 @@ the same ``model.tar.gz``. Weights are random (``weights=None``): same compute a
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -133,6 +134,18 @@ def ensure_artifact(name: str, workdir: str | Path) -> Path:
     meta.write_text(json.dumps({"name": name, "image_size": size, "savedmodel": "savedmodel/1",
                                 "archive": "model.tar.gz"}))
     return folder
+
+
+def scriptless_archive(folder: str | Path) -> Path:
+    """``model-noscript.tar.gz`` next to the archive: the same SavedModel with no ``code/``."""
+    from tfbatch.artifact import package
+
+    target = Path(folder) / "model-noscript.tar.gz"
+    if not target.exists():
+        partial = target.with_name("partial-" + target.name)
+        package([savedmodel_dir(folder)], partial, versions=[1])
+        os.replace(partial, target)
+    return target
 
 
 def savedmodel_dir(folder: str | Path) -> Path:

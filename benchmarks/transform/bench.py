@@ -31,7 +31,7 @@ from typing import Any
 from benchmarks.common import measure
 from benchmarks.common.dataset import ensure_dataset
 from benchmarks.common.measure import TreeMonitor, Run
-from benchmarks.common.models import archive_path, ensure_artifact, savedmodel_dir
+from benchmarks.common.models import archive_path, ensure_artifact, savedmodel_dir, scriptless_archive
 
 CONTENDERS = {
     "a": "tfbatch transform (CLI)",
@@ -124,9 +124,13 @@ def run_http(model: str, images: int, archive: Path, inputs: Path, output: Path,
 
 
 def bench_model(model: str, inputs: Path, images: int, workdir: Path, *, contenders: str, batch_size: int,
-                concurrency: int, server: str, tfbatch_args: list[str], timeout_s: float) -> list[Run]:
+                concurrency: int, server: str, tfbatch_args: list[str], timeout_s: float,
+                no_script: bool = False) -> list[Run]:
     folder = ensure_artifact(model, workdir)
     archive = archive_path(folder)
+    # (c) always runs the script (SageMaker's TFS container needs it to take JPEG bodies);
+    # (a) can run the same SavedModel without it, which is how a user with an image-bytes model would.
+    archive_a = scriptless_archive(folder) if no_script else archive
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     runs: list[Run] = []
@@ -136,7 +140,7 @@ def bench_model(model: str, inputs: Path, images: int, workdir: Path, *, contend
         shutil.rmtree(output, ignore_errors=True)
         output.parent.mkdir(parents=True, exist_ok=True)
         if c == "a":
-            cmd = [py, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
+            cmd = [py, "-m", "tfbatch", "transform", "--model", str(archive_a), "--input", str(inputs),
                    "--output", str(output), "--content-type", "application/x-image", *tfbatch_args]
             runs.append(_run_single("a", model, images, cmd, output, logs / f"{model}-a.log", timeout_s))
         elif c == "b":
@@ -246,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tfbatch-arg", action="append", default=[],
                         help="extra flag for (a), e.g. --tfbatch-arg=--max-batch-size=16; repeatable. "
                              "Without it (a) runs with tfbatch's own defaults, as a user would")
+    parser.add_argument("--no-script", action="store_true",
+                        help="(a) runs an archive without code/inference.py (the SavedModel decodes JPEG itself)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per contender")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
     args = parser.parse_args(argv)
@@ -264,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         "dataset": dataset_meta,
         "settings": {"batch_size_b": args.batch_size, "concurrency_c": args.concurrency,
                      "server_c": args.server, "tfbatch_args": args.tfbatch_arg,
+                     "a_script": not args.no_script,
                      "c_batching": "SAGEMAKER_TFS defaults: max_batch_size 8, batch_timeout_micros 1000"},
         "models": {},
     }
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         runs = bench_model(model, inputs, args.images, workdir, contenders=args.contenders,
                            batch_size=args.batch_size, concurrency=args.concurrency, server=args.server,
-                           tfbatch_args=args.tfbatch_arg, timeout_s=args.timeout)
+                           tfbatch_args=args.tfbatch_arg, timeout_s=args.timeout, no_script=args.no_script)
         results["models"][model] = {"runs": [asdict(r) for r in runs], "ratios": ratios(runs),
                                     "targets": TARGETS.get(model, {})}
     results["load_average_after"] = os.getloadavg()

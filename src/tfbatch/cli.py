@@ -91,6 +91,13 @@ def _cmd_transform(args: argparse.Namespace) -> int:
     from tfbatch.transform.cli import spec_from_args
 
     spec = spec_from_args(args)
+    if spec.precision != "fp32":  # refuse before listing or loading anything
+        import os
+
+        from tfbatch.runtime.placement import count_nvidia_gpus, visible_gpus
+        from tfbatch.runtime.precision import cpu_flags, precision_plan
+
+        precision_plan(spec.precision, cpu_flags(), len(visible_gpus(os.environ, count_nvidia_gpus())))
     if args.dry_run:
         print(plan_transform(spec).describe(spec))
         return 0

@@ -15,12 +15,14 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tfbatch.runtime.placement import count_nvidia_gpus, instance_env, partition_gpus, visible_gpus
 from tfbatch.transform.engine import Emit
 from tfbatch.transform.report import InstanceSummary, ObjectResult
 from tfbatch.transform.spec import TransformSpec
@@ -35,17 +37,20 @@ class LocalEngine:
     name: ClassVar[str] = "local"
 
     def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+        devices = gpu_plan(spec)
         if spec.instance_count == 1:
+            if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
+                os.environ.update(instance_env(devices[0]))
             return [_run_instance(spec, 0, 1, emit)]
-        return self._run_processes(spec, emit)
+        return self._run_processes(spec, emit, devices)
 
-    def _run_processes(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+    def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]]) -> list[InstanceSummary]:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
         procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid()),
+                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), instance_env(devices[i])),
                 name=f"tfbatch-instance-{i}",
                 daemon=True,
             )
@@ -104,7 +109,15 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(3)
 
 
-def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int) -> None:
+def gpu_plan(spec: TransformSpec) -> list[list[str]]:
+    """Each instance's GPUs: disjoint CUDA_VISIBLE_DEVICES lists (runtime/placement.py)."""
+    return partition_gpus(visible_gpus(os.environ, count_nvidia_gpus()), spec.instance_count, spec.gpus_per_instance)
+
+
+def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int,
+                 env: dict[str, str] | None = None) -> None:
+    # Spawned, so TensorFlow is not imported yet: it reads CUDA_VISIBLE_DEVICES on first use.
+    os.environ.update(env or {})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     try:
         spec = TransformSpec(**spec_fields)

@@ -64,7 +64,10 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the plan (objects per instance) and exit")
     p.add_argument("--engine", choices=["local", "ray"], help="where instances run (default: local processes)")
     p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--gpus-per-instance", type=float, help="GPUs each Ray instance actor holds")
+    p.add_argument("--gpus-per-instance", type=float,
+                   help="GPUs each instance holds (local: its CUDA_VISIBLE_DEVICES share; ray: the actor's GPUs)")
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
+                   help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 
@@ -78,7 +81,7 @@ def spec_from_args(args: argparse.Namespace):
         "batch_strategy", "max_payload_mb", "max_record_mb", "max_image_pixels", "max_concurrent_transforms", "accept", "assemble_with",
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
-        "engine", "follow_symlinks", "kms_key_id",
+        "engine", "follow_symlinks", "kms_key_id", "precision", "gpus_per_instance",
     ]
     for name in names:
         value = getattr(args, name, None)

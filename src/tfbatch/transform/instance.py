@@ -54,17 +54,26 @@ class InstanceRunner:
         self.invoker: Invoker | None = None
         self.pipeline: ObjectPipeline | None = None
         self._saved_env: dict[str, str | None] = {}
+        self.precision_options: dict[str, bool] = {}
 
     def open(self) -> "InstanceRunner":
         from tfbatch.handlers.stack import build_stack
-
+        from tfbatch.runtime.precision import apply_precision, enable_memory_growth
+        from tfbatch.runtime.threads import configure_threads
         from tfbatch.storage.s3options import set_job_options
 
         set_job_options(kms_key_id=self.spec.kms_key_id)  # SSE-KMS on this worker's S3 writes
         env = self.spec.container_env()
         self._saved_env = {k: os.environ.get(k) for k in env}
+
+        settings = runtime_settings(self.spec)
+        # Thread pools, GPU memory growth and graph rewrites are all fixed when TensorFlow
+        # first runs anything, so all three are set here, before the model loads.
+        configure_threads(settings)
+        gpus = enable_memory_growth()
+        self.precision_options = apply_precision(self.spec.precision, gpus)
         self.stack = build_stack(
-            self.spec.model, runtime_settings(self.spec), install_requirements=self.spec.install_requirements, env=env,
+            self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env,
             max_image_pixels=self.spec.max_image_pixels,
         )
         self.invoker = Invoker(
@@ -108,6 +117,43 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
+    def _lane(self):
+        """The batch lane when this job fits it (no script, one image per object), else None."""
+        from tfbatch.transform.batched import BatchLane, lane_blocker
+
+        assert self.stack is not None, "call open() first"
+        reason = lane_blocker(self.spec, self.stack.service)
+        if reason is not None:
+            log.debug("per-object path: %s", reason)
+            return None
+        tuner = None
+        if self.spec.autotune:
+            from tfbatch.transform.autotune import BatchSizeProbe
+
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size)
+        return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
+                         workers=max(2, os.cpu_count() or 1), tuner=tuner)
+
+    def _run_lane(self, lane, refs, done, with_errors, summary, emit, started) -> InstanceSummary:
+        lock = threading.Lock()
+
+        def finished(result: ObjectResult) -> None:
+            with lock:
+                summary.count(result)
+            emit(result)
+
+        def todo():
+            for ref in refs:
+                if ref.key in done:
+                    summary.skipped += 1
+                    continue
+                yield ref, ref.key in with_errors
+
+        lane.run(todo(), lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+        summary.seconds = time.monotonic() - started
+        summary.batches = {lane.stats["name"]: {**lane.stats, "precision": self.spec.precision}}
+        return summary
+
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
@@ -116,6 +162,9 @@ class InstanceRunner:
         with_errors = {k for k in self.ledger.keys_with_errors() if mine(k)}
         if refs is None:
             refs = iter_partition(self.spec, self.instance, self.instance_count)
+        lane = self._lane()
+        if lane is not None:
+            return self._run_lane(lane, refs, done, with_errors, summary, emit, started)
         # Objects in flight: enough for every invocation slot to hold one single-payload object.
         in_flight = max(1, self.spec.concurrency)
         slots = threading.BoundedSemaphore(in_flight)
@@ -141,5 +190,6 @@ class InstanceRunner:
                 pool.submit(one, ref)
         summary.seconds = time.monotonic() - started
         if self.stack is not None:
-            summary.batches = self.stack.model_server.batcher_stats()
+            summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision}
+                               for name, stats in self.stack.model_server.batcher_stats().items()}
         return summary

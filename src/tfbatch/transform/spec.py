@@ -66,6 +66,14 @@ class TransformSpec(BaseModel):
     resume: bool = True
     # TransformOutput.KmsKeyId: outputs are written with SSE-KMS under this key (S3 only)
     kms_key_id: str | None = None
+    # Opt-in reduced precision (runtime/precision.py refuses it where the hardware lacks it).
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    # GPUs per instance for the local engine's CUDA_VISIBLE_DEVICES split (runtime/placement.py);
+    # None spreads the visible GPUs evenly.
+    gpus_per_instance: float | None = Field(default=None, ge=0)
+    # Model batch size chosen from the job's first batches (transform/autotune.py); None means
+    # "yes unless max_batch_size was given", resolved once when the spec is built.
+    autotune: bool | None = None
 
     @field_validator("env")
     @classmethod
@@ -80,6 +88,8 @@ class TransformSpec(BaseModel):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
         if self.input:
             _check_output_apart(self.input, self.output)
+        if self.autotune is None:
+            self.autotune = "max_batch_size" not in self.model_fields_set
         return self
 
     @property
@@ -97,6 +107,8 @@ class TransformSpec(BaseModel):
         import hashlib
 
         fields = self.model_dump(include=_OUTPUT_FIELDS)
+        if self.precision != "fp32":  # only then, so fp32 jobs keep the fingerprints they had
+            fields["precision"] = self.precision
         text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -1,0 +1,193 @@
+"""The batch lane (transform/batched.py): image jobs with no script run whole batches
+reader -> model -> writer, and answer exactly what the per-request path answers."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tfbatch.artifact import package
+from tfbatch.testing.models import make_image_bytes_model
+from tfbatch import run_transform
+
+PAIR = """
+import base64, json
+
+def input_handler(data, context):
+    return json.dumps({"instances": [{"b64": base64.b64encode(data.read()).decode("utf-8")}]})
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+"""
+
+
+def _png(value: int, size: int = 8) -> bytes:
+    buf = io.BytesIO()
+    rng = np.random.default_rng(value)
+    Image.fromarray(rng.integers(0, 256, (size, size), dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _outs(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.out"))
+            if "_tfbatch" not in p.parts}
+
+
+def _lane_stats(report) -> dict:
+    (stats,) = report.to_dict()["batches"].values()
+    return stats
+
+
+@pytest.fixture(scope="module")
+def savedmodel(tmp_path_factory):
+    return make_image_bytes_model(tmp_path_factory.mktemp("img") / "1")
+
+
+@pytest.fixture
+def images(tmp_path):
+    root = tmp_path / "in"
+    (root / "sub").mkdir(parents=True)
+    for i in range(11):
+        (root / ("sub" if i % 4 == 0 else "") / f"i{i:02d}.png").write_bytes(_png(i))
+    return root
+
+
+def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel, images):
+    scripted = package([savedmodel], tmp_path / "pair.tar.gz", code_dir=_code(tmp_path, PAIR))
+    common = dict(input=str(images), content_type="application/x-image", max_batch_size=4)
+    lane = run_transform(model=str(savedmodel.parent), output=str(tmp_path / "lane"), **common)
+    per_request = run_transform(model=str(scripted), output=str(tmp_path / "pair"), **common)
+    assert lane.ok and per_request.ok
+    stats = _lane_stats(lane)
+    assert stats["lane"] == "batch" and _lane_stats(per_request)["lane"] == "per-object"
+    # 11 objects in batches of the explicit size 4: no probing, 4 + 4 + 3.
+    assert stats["batch_sizes"] == {"3": 1, "4": 2} or stats["batch_sizes"] == {3: 1, 4: 2}
+    assert stats["autotune"] is None and stats["precision"] == "fp32"
+    lane_outs, pair_outs = _outs(tmp_path / "lane"), _outs(tmp_path / "pair")
+    assert len(lane_outs) == 11 and set(lane_outs) == set(pair_outs)
+    for key, body in lane_outs.items():
+        # Same document; floats agree to float32 rounding (a matmul's last bit depends on the
+        # batch's size, and both paths form batches of whatever is in flight).
+        ours, theirs = json.loads(body), json.loads(pair_outs[key])
+        assert ours["predictions"][0]["classes"] == theirs["predictions"][0]["classes"]
+        np.testing.assert_allclose(ours["predictions"][0]["probabilities"],
+                                   theirs["predictions"][0]["probabilities"], rtol=1e-5, atol=1e-7)
+        assert body.startswith(b'{"predictions":[{"classes":') and body.endswith(b"]}]}")
+
+
+def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, savedmodel, images):
+    (images / "bad.png").write_bytes(b"not an image")
+    out = tmp_path / "out"
+    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
+                           content_type="application/x-image", max_batch_size=4)
+    assert not report.ok and report.failed == 1 and report.succeeded == 11
+    stats = _lane_stats(report)
+    # The model refused the batch holding bad.png; its objects ran alone on the general path.
+    assert stats["failed_batches"] == 1 and stats["objects_run_alone"] == 4
+    assert "bad.png.out" not in _outs(out) and len(_outs(out)) == 11
+    errors = (out / "_tfbatch" / "errors.jsonl").read_text()
+    assert "bad.png" in errors
+    # Re-run: with on_error=continue a bad input is a finished object too, as on the general path.
+    again = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
+                          content_type="application/x-image", max_batch_size=4)
+    assert again.skipped == 12 and again.objects == 0
+
+
+def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path, savedmodel):
+    root = tmp_path / "in"
+    root.mkdir()
+    # Warm-up 8 + two batches of each of 8, 16, 32, 64 = 248 objects of probing, then the rest.
+    for i in range(300):
+        (root / f"{i:03d}.png").write_bytes(_png(i))
+    report = run_transform(model=str(savedmodel.parent), input=str(root), output=str(tmp_path / "out"),
+                           content_type="application/x-image")
+    stats = _lane_stats(report)
+    auto = stats["autotune"]
+    assert report.ok and report.succeeded == 300
+    assert auto["chosen"] in (8, 16, 32, 64) and stats["max_batch_size"] == auto["chosen"]
+    assert set(auto["ms_per_row"]) == {"8", "16", "32", "64"} and auto["settled"]
+    # Probe batches are real work: every object was answered exactly once.
+    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 300
+
+
+def test_scripts_split_jobs_and_json_keep_the_per_object_path(tmp_path, savedmodel, images):
+    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "o"),
+                           content_type="application/octet-stream")
+    assert report.failed == 11  # the service refuses that type, as before
+    assert all(stats["lane"] == "per-object" for stats in report.to_dict()["batches"].values())
+
+
+def _code(tmp_path: Path, script: str) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(textwrap.dedent(script))
+    return code
+
+
+SLOW_IMAGE_MODEL = """
+import sys
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import testing as data_testing
+
+class Slow(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+    def serve(self, image_bytes):
+        # 0.2 s per batch (a tf.data sleep, kept in the graph), then one row per image.
+        lengths = tf.cast(tf.strings.length(image_bytes), tf.float32)
+        ds = tf.data.Dataset.from_tensors(lengths).apply(data_testing.sleep(200000))
+        return {"length": ds.get_single_element()}
+
+m = Slow()
+tf.saved_model.save(m, sys.argv[1], signatures={"serving_default": m.serve})
+"""
+
+
+def test_sigkill_mid_lane_then_resume_gives_identical_outputs(tmp_path):
+    model = tmp_path / "slow" / "1"
+    subprocess.run([sys.executable, "-c", SLOW_IMAGE_MODEL, str(model)], check=True, timeout=300,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(40):
+        (inp / f"{i:02d}.png").write_bytes(_png(i, size=4 + i))
+    args = [sys.executable, "-m", "tfbatch", "transform", "--model", str(model.parent), "--input", str(inp),
+            "--content-type", "application/x-image", "--max-batch-size", "2", "--progress", "off"]
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*args, "--output", str(killed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    ledger = killed / "_tfbatch" / "ledger"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and sum(1 for p in ledger.rglob("*") if p.is_file()) >= 4:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = sum(1 for p in ledger.rglob("*") if p.is_file())
+    assert 4 <= finished < 40
+    # A marker is only ever written after its output: every finished object has its .out.
+    for marker in (p for p in ledger.rglob("*") if p.is_file()):
+        key = marker.relative_to(marker.parent).as_posix()
+        assert (killed / (key + ".out")).exists(), key
+    resumed = subprocess.run([*args, "--output", str(killed)], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"({finished} already done, skipped)" in resumed.stdout, resumed.stdout
+    reference = tmp_path / "reference"
+    subprocess.run([*args, "--output", str(reference)], check=True, capture_output=True, timeout=300)
+    assert _outs(killed) == _outs(reference) and len(_outs(reference)) == 40
+    assert json.loads(_outs(reference)["05.png.out"]) == {"predictions": [float(len(_png(5, size=9)))]}
+    assert not [p for p in killed.rglob("*") if ".tmp-" in p.name]

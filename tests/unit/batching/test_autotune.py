@@ -1,0 +1,54 @@
+"""The batch-size probe, fed made-up timings (no clock, no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfbatch.transform.autotune import BatchSizeProbe
+
+
+def drive(probe: BatchSizeProbe, ms_per_row: dict[int, float], batches: int) -> list[int]:
+    sizes = []
+    for _ in range(batches):
+        size = probe.next_size()
+        sizes.append(size)
+        probe.observe(size, ms_per_row[size] * size / 1000)
+    return sizes
+
+
+def test_probes_each_candidate_then_keeps_the_cheapest_per_row():
+    probe = BatchSizeProbe((8, 16, 32), repeats=2)
+    sizes = drive(probe, {8: 3.0, 16: 2.0, 32: 2.6}, 12)
+    # warm-up, then each candidate twice, then the winner for good.
+    assert sizes[:7] == [8, 8, 8, 16, 16, 32, 32]
+    assert set(sizes[7:]) == {16}
+    assert probe.settled and probe.chosen == 16
+    assert probe.report()["ms_per_row"] == {"8": 3.0, "16": 2.0, "32": 2.6}
+
+
+def test_the_warm_up_batch_is_not_counted():
+    probe = BatchSizeProbe((8, 16), repeats=1)
+    probe.next_size()
+    probe.observe(8, 100.0)  # tracing the function: not a timing of the model
+    assert probe.report()["ms_per_row"] == {}
+
+
+def test_a_smaller_size_within_tolerance_wins():
+    probe = BatchSizeProbe((8, 16, 32), repeats=1, tolerance=0.05)
+    drive(probe, {8: 2.04, 16: 2.0, 32: 2.1}, 6)
+    assert probe.chosen == 8
+
+
+def test_odd_sized_tail_batches_are_ignored_and_fallback_before_any_timing():
+    probe = BatchSizeProbe((8, 16), repeats=1, fallback=16)
+    assert probe.chosen == 16
+    probe.next_size()
+    probe.observe(8, 0.1)
+    probe.observe(5, 0.0001)  # the last, short batch of a job
+    assert "5" not in probe.report()["ms_per_row"]
+    assert not probe.settled
+
+
+def test_candidates_must_be_positive():
+    with pytest.raises(ValueError):
+        BatchSizeProbe((0, 8))
