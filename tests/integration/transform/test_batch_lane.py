@@ -89,7 +89,9 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
 
 
 def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, savedmodel, images):
-    (images / "bad.png").write_bytes(b"not an image")
+    # A PNG whose header is sound (so it passes the header check) but whose data is cut off:
+    # only the model's decode finds out.
+    (images / "bad.png").write_bytes(_png(99)[:40] + b"\x00" * 16)
     out = tmp_path / "out"
     report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
                            content_type="application/x-image", max_batch_size=4)
@@ -191,3 +193,14 @@ def test_sigkill_mid_lane_then_resume_gives_identical_outputs(tmp_path):
     assert _outs(killed) == _outs(reference) and len(_outs(reference)) == 40
     assert json.loads(_outs(reference)["05.png.out"]) == {"predictions": [float(len(_png(5, size=9)))]}
     assert not [p for p in killed.rglob("*") if ".tmp-" in p.name]
+
+
+def test_an_image_refused_by_its_header_never_enters_a_batch(tmp_path, savedmodel, images):
+    (images / "text.png").write_bytes(b"not an image")
+    out = tmp_path / "out"
+    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
+                           content_type="application/x-image", max_batch_size=4)
+    assert not report.ok and report.failed == 1 and report.succeeded == 11
+    stats = _lane_stats(report)
+    assert stats["failed_batches"] == 0 and stats["objects_run_alone"] == 1
+    assert "text.png" in (out / "_tfbatch" / "errors.jsonl").read_text()
