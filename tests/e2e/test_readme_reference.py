@@ -162,13 +162,13 @@ def test_serve_answers_then_stops_on_sigterm(workdir):
     flags = [*substitute(command.option("--port"), **{"8080": str(port)}),
              *substitute(command.option("--grpc-port"), **{"9000": str(grpc_port)})]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    log = open(workdir / "serve.log", "w+")
+    log = open(workdir / "serve.log", "w")
     proc = subprocess.Popen([*tfbatch_executable(), *command.words[1:], *flags], cwd=workdir, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(1200):  # until it answers; the bound only turns a hang into a failure
-            assert proc.poll() is None, (log.seek(0), log.read())[1]
+            assert proc.poll() is None, (workdir / "serve.log").read_text()
             try:
                 if requests.get(f"{url}/ping", timeout=5).status_code == 200:
                     break
