@@ -84,8 +84,8 @@ class _Worker:
     Keras 3, BackupAndRestore resumes at an epoch boundary only (the batch it records is
     not used on restore) and every worker writes the same backup files, while a run here
     resumes at the exact step it was checkpointed at and only the chief's files are kept.
-    The per-epoch log stays ``logs/metrics.jsonl`` (typed JSON values, read back by the
-    Ray path and by users' tooling) rather than CSVLogger's text columns.
+    The per-epoch log stays ``logs/metrics.jsonl``, one JSON object per epoch with typed
+    values (``null`` for a missing validation split), rather than CSVLogger's text columns.
     """
 
     def __init__(self, config: TrainConfig):
