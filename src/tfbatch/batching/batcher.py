@@ -6,9 +6,9 @@ be cut across batches (that is how oversized requests are served instead of refu
 its future resolves once every piece has run, with outputs stitched back in row order.
 
 Timing follows TF Serving's batch scheduler: a batch's deadline is fixed when its first
-row arrives (``time.monotonic()``), and the batch runs when it is full or at the deadline,
-whichever comes first. Only requests with the same input keys, dtypes and trailing shapes
-are packed together (a "group"); each group forms its own batches.
+row arrives (on ``clock``, ``time.monotonic`` by default), and the batch runs when it is
+full or at the deadline, whichever comes first. Only requests with the same input keys,
+dtypes and trailing shapes are packed together (a "group"); each group forms its own batches.
 
 This module deliberately imports no TensorFlow: ``run_batch`` is any callable.
 """
@@ -89,6 +89,8 @@ class DynamicBatcher:
     ``run_batch`` receives ``{input: array[rows, ...]}`` and must return
     ``{output: array[rows, ...]}``. ``on_batch(size, seconds)`` is called after every batch
     (for metrics). ``max_queued_rows`` bounds rows waiting to be batched; ``None`` is unbounded.
+    ``clock`` is where the batcher reads time (seconds, monotonic); after moving a fake one
+    forward, call :meth:`wake`.
     """
 
     def __init__(
@@ -102,6 +104,7 @@ class DynamicBatcher:
         name: str = "",
         on_batch: Callable[[int, float], None] | None = None,
         idle_dispatch: bool = False,
+        clock: Callable[[], float] = time.monotonic,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -121,6 +124,8 @@ class DynamicBatcher:
         self.idle_dispatch = idle_dispatch
         self.name = name
         self._on_batch = on_batch
+        # Every deadline and duration is read from here, so a test can drive time by hand.
+        self._clock = clock
         self._cond = threading.Condition()
         self._groups: dict[GroupKey, collections.deque[_Segment]] = {}
         self._group_rows: dict[GroupKey, int] = {}
@@ -152,7 +157,7 @@ class DynamicBatcher:
         arrays, rows = _check_request(inputs, self.name)
         key = _group_key(arrays)
         request = _Request(arrays, rows, Future())
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while True:
                 if self._closed:
@@ -161,12 +166,12 @@ class DynamicBatcher:
                     break
                 if not block:
                     raise errors.Unavailable(self._full_message(rows))
-                remaining = None if deadline is None else deadline - time.monotonic()
+                remaining = None if deadline is None else deadline - self._clock()
                 if remaining is not None and remaining <= 0:
                     raise errors.Unavailable(self._full_message(rows) + f" (waited {timeout} s)")
                 self._cond.wait(remaining)
             queue = self._groups.setdefault(key, collections.deque())
-            queue.append(_Segment(request, 0, rows, time.monotonic()))
+            queue.append(_Segment(request, 0, rows, self._clock()))
             self._group_rows[key] = self._group_rows.get(key, 0) + rows
             self._queued_rows += rows
             self._queued_requests += 1
@@ -182,6 +187,15 @@ class DynamicBatcher:
             for t in self._threads:
                 if t is not threading.current_thread():
                     t.join()
+
+    def wake(self) -> None:
+        """Make waiting workers and submitters read the clock again.
+
+        A real clock needs no help (they wake at their deadlines); a clock advanced by hand
+        cannot wake them itself.
+        """
+        with self._cond:
+            self._cond.notify_all()
 
     @property
     def closed(self) -> bool:
@@ -275,7 +289,7 @@ class DynamicBatcher:
         while True:
             with self._cond:
                 while True:
-                    now = time.monotonic()
+                    now = self._clock()
                     key, wake_at = self._pick_group(now)
                     if key is not None:
                         batch = self._take(key)
@@ -294,7 +308,7 @@ class DynamicBatcher:
 
     def _run(self, batch: list[_Segment]) -> None:
         rows = sum(s.stop - s.start for s in batch)
-        started = time.monotonic()
+        started = self._clock()
         try:
             inputs = _gather(batch)
             outputs = self._run_batch(inputs)
@@ -303,7 +317,7 @@ class DynamicBatcher:
             err = errors.from_exception(exc)
             for seg in batch:
                 seg.request.fail(err)
-            self._record(rows, time.monotonic() - started, failed=True)
+            self._record(rows, self._clock() - started, failed=True)
             if not isinstance(exc, Exception):
                 raise
             return
@@ -313,7 +327,7 @@ class DynamicBatcher:
             piece = {k: v[offset : offset + n] for k, v in outputs.items()}
             seg.request.deliver(seg.start, piece, n)
             offset += n
-        self._record(rows, time.monotonic() - started, failed=False)
+        self._record(rows, self._clock() - started, failed=False)
 
     def _record(self, rows: int, seconds: float, *, failed: bool) -> None:
         with self._cond:

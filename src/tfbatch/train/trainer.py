@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import keras
@@ -64,157 +65,218 @@ def _log(path: Path, record: dict) -> None:
         handle.write(json.dumps(record) + "\n")
 
 
-def run_worker(config: TrainConfig) -> TrainResult | None:
-    """Train as this process's worker; the chief returns (and writes) the result."""
-    if config.threads_per_worker:
-        tf.config.threading.set_intra_op_parallelism_threads(config.threads_per_worker)
-        tf.config.threading.set_inter_op_parallelism_threads(config.threads_per_worker)
-    workers, index = _task()
-    chief = index == 0
-    strategy = (
-        tf.distribute.MultiWorkerMirroredStrategy()
-        if workers > 1
-        else tf.distribute.get_strategy()
-    )
-    info = read_info(config.data_dir)
-    global_batch = config.batch_size * workers
-    steps_per_epoch = config.steps_per_epoch or max(1, info.counts["train"] // global_batch)
-    total_steps = steps_per_epoch * config.epochs
-    model_name = config.resolved_model(info.image_shape)
-    keras.utils.set_random_seed(config.seed)  # same initial weights on every worker
+@dataclass
+class _Totals:
+    """What the training loop has done so far in this run (the last epoch's sums)."""
 
-    with strategy.scope():
-        model = build_model(model_name, tuple(info.image_shape), info.num_classes)
-        schedule = WarmupSchedule(
-            config.learning_rate, workers, round(config.warmup_epochs * steps_per_epoch)
+    step: int
+    loss_sum: float = 0.0
+    correct_sum: float = 0.0
+    seen: float = 0.0
+    validation_accuracy: float | None = None
+    seconds: float = 0.0
+
+
+class _Worker:
+    """One worker's run, as the steps ``run_worker`` takes in order.
+
+    Why not ``model.fit`` with ``keras.callbacks.BackupAndRestore`` and ``CSVLogger``: with
+    Keras 3, BackupAndRestore resumes at an epoch boundary only (the batch it records is
+    not used on restore) and every worker writes the same backup files, while a run here
+    resumes at the exact step it was checkpointed at and only the chief's files are kept.
+    The per-epoch log stays ``logs/metrics.jsonl``, one JSON object per epoch with typed
+    values (``null`` for a missing validation split), rather than CSVLogger's text columns.
+    """
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.workers, self.index = _task()
+        self.chief = self.index == 0
+        self.strategy = (
+            tf.distribute.MultiWorkerMirroredStrategy() if self.workers > 1 else tf.distribute.get_strategy()
         )
-        optimizer = keras.optimizers.Adam(learning_rate=schedule)
-        optimizer.build(model.trainable_variables)
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.info = read_info(config.data_dir)
+        self.global_batch = config.batch_size * self.workers
+        self.steps_per_epoch = config.steps_per_epoch or max(1, self.info.counts["train"] // self.global_batch)
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.model_name = config.resolved_model(self.info.image_shape)
 
-    # Every worker saves (saving may run collectives); only the chief's copy is kept.
-    save_dir = config.checkpoint_dir if chief else Path(tempfile.mkdtemp(prefix=f"ckpt-w{index}-"))
-    manager = tf.train.CheckpointManager(checkpoint, str(save_dir), max_to_keep=2)
-    latest = tf.train.latest_checkpoint(str(config.checkpoint_dir))
-    if latest:
-        checkpoint.restore(latest).expect_partial()
-    start_step = int(optimizer.iterations.numpy())
+    # ---- set-up ------------------------------------------------------------------------
 
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
+    def build(self) -> None:
+        """Model, optimizer and learning-rate schedule, created under the strategy."""
+        config, info = self.config, self.info
+        keras.utils.set_random_seed(config.seed)  # same initial weights on every worker
+        with self.strategy.scope():
+            self.model = build_model(self.model_name, tuple(info.image_shape), info.num_classes)
+            self.schedule = WarmupSchedule(
+                config.learning_rate, self.workers, round(config.warmup_epochs * self.steps_per_epoch)
+            )
+            self.optimizer = keras.optimizers.Adam(learning_rate=self.schedule)
+            self.optimizer.build(self.model.trainable_variables)
+            self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
 
-    def replica_step(images, labels):
-        with tf.GradientTape() as tape:
-            probabilities = model(images, training=True)
-            per_example = loss_fn(labels, probabilities)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-        correct = tf.reduce_sum(
-            tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32)
+    def restore(self) -> int:
+        """Load the latest checkpoint, if any; the step it holds (the optimizer's iterations)."""
+        config = self.config
+        # Every worker saves (saving may run collectives); only the chief's copy is kept.
+        self.save_dir = (
+            config.checkpoint_dir if self.chief else Path(tempfile.mkdtemp(prefix=f"ckpt-w{self.index}-"))
         )
-        return loss, correct
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(self.save_dir), max_to_keep=2)
+        latest = tf.train.latest_checkpoint(str(config.checkpoint_dir))
+        if latest:
+            self.checkpoint.restore(latest).expect_partial()
+        return int(self.optimizer.iterations.numpy())
 
-    @tf.function
-    def train_step(iterator):
-        loss, correct = strategy.run(replica_step, args=next(iterator))
-        return (
-            strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-            strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
-        )
+    def compile_steps(self) -> None:
+        """The distributed training step and the prediction function, as tf.functions."""
+        model, optimizer, strategy, global_batch = self.model, self.optimizer, self.strategy, self.global_batch
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction="none")
 
-    def epoch_dataset(epoch: int, skip: int):
+        def replica_step(images, labels):
+            with tf.GradientTape() as tape:
+                probabilities = model(images, training=True)
+                per_example = loss_fn(labels, probabilities)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probabilities, -1), labels), tf.float32))
+            return loss, correct
+
+        @tf.function
+        def train_step(iterator):
+            loss, correct = strategy.run(replica_step, args=next(iterator))
+            return (
+                strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
+            )
+
+        @tf.function
+        def predict(images):
+            return model(images, training=False)
+
+        self.train_step, self.predict = train_step, predict
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def epoch_batches(self, epoch: int, skip: int):
+        """This epoch's batches, in the order fixed by (seed, epoch), less the first ``skip``."""
+        config, info = self.config, self.info
+
         def make(context: tf.distribute.InputContext):
             dataset = split_dataset(
                 config.data_dir, "train", info,
-                batch_size=context.get_per_replica_batch_size(global_batch),
+                batch_size=context.get_per_replica_batch_size(self.global_batch),
                 augment=config.augment,
                 shuffle_seed=config.seed * 1_000_003 + epoch,
                 shard=(context.num_input_pipelines, context.input_pipeline_id),
                 drop_remainder=True,
             )
             # repeat: a shard may hold fewer than steps_per_epoch batches when set by hand
-            return dataset.repeat().take(steps_per_epoch).skip(skip)
+            return dataset.repeat().take(self.steps_per_epoch).skip(skip)
 
-        return iter(strategy.distribute_datasets_from_function(make))
+        return iter(self.strategy.distribute_datasets_from_function(make))
 
-    @tf.function
-    def predict(images):
-        return model(images, training=False)
-
-    def validation_accuracy() -> float | None:
-        if not info.counts.get("validation"):
+    def validation_accuracy(self) -> float | None:
+        if not self.info.counts.get("validation"):
             return None
         correct = total = 0
-        for images, labels in split_dataset(config.data_dir, "validation", info, batch_size=256):
-            correct += int(np.sum(np.argmax(predict(images).numpy(), -1) == labels.numpy()))
+        for images, labels in split_dataset(self.config.data_dir, "validation", self.info, batch_size=256):
+            correct += int(np.sum(np.argmax(self.predict(images).numpy(), -1) == labels.numpy()))
             total += len(labels)
         return correct / max(1, total)
 
-    if chief:
-        config.log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = config.log_dir / "metrics.jsonl"
-    step = start_step
-    run_started = time.perf_counter()
-    loss_sum = correct_sum = seen = 0.0
-    val_accuracy: float | None = None
-    while step < total_steps:
-        epoch, skip = divmod(step, steps_per_epoch)
-        iterator = epoch_dataset(epoch, skip)
-        epoch_started = time.perf_counter()
-        loss_sum = correct_sum = seen = 0.0
-        for _ in range(steps_per_epoch - skip):
-            loss, correct = train_step(iterator)
-            step += 1
-            loss_sum += float(loss)
-            correct_sum += float(correct)
-            seen += global_batch
-            if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0:
-                manager.save(checkpoint_number=step)
-        if not config.checkpoint_every_steps or step % config.checkpoint_every_steps:
-            manager.save(checkpoint_number=step)
-        if chief:
-            val_accuracy = validation_accuracy()
-            elapsed = time.perf_counter() - epoch_started
-            _log(log_path, {
-                "epoch": epoch + 1, "step": step,
-                "loss": loss_sum / max(1, steps_per_epoch - skip),
-                "accuracy": correct_sum / max(1.0, seen),
-                "validation_accuracy": val_accuracy,
-                "learning_rate": float(schedule(step)),
-                "images_per_second": seen / max(elapsed, 1e-9),
+    def train_epochs(self, start_step: int) -> _Totals:
+        """Steps from ``start_step`` to the end, checkpointing and (chief) logging each epoch."""
+        config = self.config
+        if self.chief:
+            config.log_dir.mkdir(parents=True, exist_ok=True)
+        totals = _Totals(step=start_step)
+        run_started = time.perf_counter()
+        while totals.step < self.total_steps:
+            epoch, skip = divmod(totals.step, self.steps_per_epoch)
+            self.train_one_epoch(epoch, skip, totals)
+        totals.seconds = time.perf_counter() - run_started
+        return totals
+
+    def train_one_epoch(self, epoch: int, skip: int, totals: _Totals) -> None:
+        every = self.config.checkpoint_every_steps
+        iterator = self.epoch_batches(epoch, skip)
+        started = time.perf_counter()
+        totals.loss_sum = totals.correct_sum = totals.seen = 0.0
+        for _ in range(self.steps_per_epoch - skip):
+            loss, correct = self.train_step(iterator)
+            totals.step += 1
+            totals.loss_sum += float(loss)
+            totals.correct_sum += float(correct)
+            totals.seen += self.global_batch
+            if every and totals.step % every == 0:
+                self.manager.save(checkpoint_number=totals.step)
+        if not every or totals.step % every:
+            self.manager.save(checkpoint_number=totals.step)
+        if self.chief:
+            totals.validation_accuracy = self.validation_accuracy()
+            elapsed = time.perf_counter() - started
+            _log(self.config.log_dir / "metrics.jsonl", {
+                "epoch": epoch + 1, "step": totals.step,
+                "loss": totals.loss_sum / max(1, self.steps_per_epoch - skip),
+                "accuracy": totals.correct_sum / max(1.0, totals.seen),
+                "validation_accuracy": totals.validation_accuracy,
+                "learning_rate": float(self.schedule(totals.step)),
+                "images_per_second": totals.seen / max(elapsed, 1e-9),
                 "seconds": elapsed,
             })
-    train_seconds = time.perf_counter() - run_started
-    if not chief:
-        shutil.rmtree(save_dir, ignore_errors=True)
-        return None
 
-    export_path = None
-    if start_step < total_steps or not (config.export_dir / str(config.export_version)).exists():
+    # ---- the chief's outputs -----------------------------------------------------------
+
+    def export(self, start_step: int) -> Path:
+        """The SavedModel of this run (exported again only if it trained, or none exists yet)."""
+        config, info = self.config, self.info
+        target = config.export_dir / str(config.export_version)
+        if start_step >= self.total_steps and target.exists():
+            return target
         # Export a plain (non-distributed) copy: distributed variables are this process's
         # business, the SavedModel must not depend on a strategy.
-        plain = build_model(model_name, tuple(info.image_shape), info.num_classes)
-        plain.set_weights(model.get_weights())
-        shutil.rmtree(config.export_dir / str(config.export_version), ignore_errors=True)
-        export_path = export_servable(
+        plain = build_model(self.model_name, tuple(info.image_shape), info.num_classes)
+        plain.set_weights(self.model.get_weights())
+        shutil.rmtree(target, ignore_errors=True)
+        return export_servable(
             plain, config.export_dir, version=config.export_version,
             image_size=tuple(info.image_shape[:2]), channels=info.image_shape[2],
             class_names=info.class_names, include_classes=config.export_include_classes,
         )
-    else:
-        export_path = config.export_dir / str(config.export_version)
-    run_steps = step - start_step
-    result = TrainResult(
-        workers=workers, model=model_name, epochs=config.epochs, steps=step,
-        steps_per_epoch=steps_per_epoch, global_batch_size=global_batch,
-        resumed_from_step=start_step, final_learning_rate=float(schedule(step)),
-        train_loss=loss_sum / max(1.0, seen / global_batch),
-        train_accuracy=correct_sum / max(1.0, seen),
-        validation_accuracy=val_accuracy if val_accuracy is not None else validation_accuracy(),
-        images_per_second=run_steps * global_batch / max(train_seconds, 1e-9),
-        train_seconds=train_seconds, export_path=export_path,
-        checkpoint_dir=config.checkpoint_dir,
-    )
+
+    def result(self, start_step: int, totals: _Totals, export_path: Path) -> TrainResult:
+        config, global_batch = self.config, self.global_batch
+        validation = totals.validation_accuracy
+        return TrainResult(
+            workers=self.workers, model=self.model_name, epochs=config.epochs, steps=totals.step,
+            steps_per_epoch=self.steps_per_epoch, global_batch_size=global_batch,
+            resumed_from_step=start_step, final_learning_rate=float(self.schedule(totals.step)),
+            train_loss=totals.loss_sum / max(1.0, totals.seen / global_batch),
+            train_accuracy=totals.correct_sum / max(1.0, totals.seen),
+            validation_accuracy=validation if validation is not None else self.validation_accuracy(),
+            images_per_second=(totals.step - start_step) * global_batch / max(totals.seconds, 1e-9),
+            train_seconds=totals.seconds, export_path=export_path,
+            checkpoint_dir=config.checkpoint_dir,
+        )
+
+
+def run_worker(config: TrainConfig) -> TrainResult | None:
+    """Train as this process's worker; the chief returns (and writes) the result."""
+    if config.threads_per_worker:
+        tf.config.threading.set_intra_op_parallelism_threads(config.threads_per_worker)
+        tf.config.threading.set_inter_op_parallelism_threads(config.threads_per_worker)
+    worker = _Worker(config)
+    worker.build()
+    start_step = worker.restore()
+    worker.compile_steps()
+    totals = worker.train_epochs(start_step)
+    if not worker.chief:
+        shutil.rmtree(worker.save_dir, ignore_errors=True)
+        return None
+    result = worker.result(start_step, totals, worker.export(start_step))
     config.result_path.write_text(result.model_dump_json(indent=2))
     return result
 

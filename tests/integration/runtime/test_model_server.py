@@ -212,14 +212,37 @@ def test_batching_errors_stay_in_their_request(batching_server):
     assert len(out["predictions"]) == 1
 
 
+def _wait_for(predicate, what: str) -> None:
+    """Poll a counter until it holds; the limit only turns a hang into a failure."""
+    for _ in range(6000):
+        if predicate():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"never happened: {what}")
+
+
+def test_batch_timeout_holds_a_lone_request_for_companions(linear_v1):
+    # A deadline far away: the first request can only leave with a second one, in one batch.
+    settings = RuntimeSettings(enable_batching=True, max_batch_size=2, batch_timeout_micros=600_000_000,
+                               num_batch_threads=1)
+    with ModelServer({"linear": {1: linear_v1}}, settings=settings) as srv, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(TfsApi(srv).predict, {"instances": [[0.0, 0.0, 0.0]]})
+        name = "linear/1/serving_default"
+        _wait_for(lambda: srv.batcher_stats().get(name, {}).get("queue_depth") == 1, "first request queued")
+        assert not first.done()
+        second = TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
+        assert len(first.result(timeout=60)["predictions"]) == 1 and len(second["predictions"]) == 1
+        assert srv.batcher_stats()[name]["batch_sizes"] == {2: 1}
+
+
 def test_batch_timeout_bounds_latency(linear_v1):
+    # With no companion ever coming, the deadline alone lets a lone request run.
     settings = RuntimeSettings(enable_batching=True, max_batch_size=64, batch_timeout_micros=100_000, num_batch_threads=1)
     with ModelServer({"linear": {1: linear_v1}}, settings=settings) as srv:
-        TfsApi(srv).predict({"instances": [[0.0, 0.0, 0.0]]})  # warm-up
-        t0 = time.monotonic()
-        TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
-        elapsed = time.monotonic() - t0
-    assert 0.09 <= elapsed < 1.5, elapsed
+        out = TfsApi(srv).predict({"instances": [[1.0, 2.0, 3.0]]})
+        assert srv.batcher_stats()["linear/1/serving_default"]["batch_sizes"] == {1: 1}
+    np.testing.assert_allclose(out["predictions"], models.linear_expected(np.array([[1.0, 2.0, 3.0]]), seed=0),
+                               rtol=1e-5)
 
 
 def test_closed_server_refuses_batched_requests(linear_v1):

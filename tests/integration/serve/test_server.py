@@ -186,9 +186,18 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
     def call():
         result["r"] = requests.post(f"{srv.url}/invocations", json={"instances": [[1.0, 2.0]]}, timeout=30)
 
+    def in_flight() -> float:
+        text = requests.get(f"{srv.url}/metrics", timeout=10).text
+        return float(re.search(r"^tfbatch_requests_in_flight (\S+)$", text, re.M).group(1))
+
     worker = threading.Thread(target=call)
     worker.start()
-    time.sleep(0.5)  # the request is inside the model now
+    # The scrape counts itself: 2 means the invocation is being served (for 1.5 s, in the model).
+    for _ in range(3000):
+        if in_flight() >= 2:
+            break
+        assert worker.is_alive(), "the request was answered before it was seen in flight"
+        time.sleep(0.01)
     assert srv.stop() == 0, srv.output()
     worker.join()
     assert result["r"].status_code == 200

@@ -126,23 +126,40 @@ def test_only_transient_failures_are_retried(tmp_path, linear_model, with_script
         assert again.skipped == 0 and (out / "a.txt.out").read_text().splitlines()[0] == "FLAKY1"
 
 
-def test_invocations_timeout(tmp_path, slow_model):
-    inp, out = tmp_path / "in", tmp_path / "out"
+STUCK = """
+import os
+import time
+from pathlib import Path
+
+def handler(data, context):
+    calls = Path(os.environ["CALLS_DIR"])
+    (calls / f"started-{len(list(calls.glob('started-*')))}").touch()
+    # Stuck until the test lets go (at most a minute, so no thread outlives the session).
+    for _ in range(1200):
+        if (calls / "release").exists():
+            break
+        time.sleep(0.05)
+    (calls / f"finished-{len(list(calls.glob('finished-*')))}").touch()
+    return b"late", "text/plain"
+"""
+
+
+def test_invocations_timeout(tmp_path, slow_model, with_script):
+    inp, out, calls = tmp_path / "in", tmp_path / "out", tmp_path / "calls"
     inp.mkdir()
+    calls.mkdir()
     (inp / "a.json").write_bytes(b"[1, 2]")
-    # The slow model sleeps 0.25 s per batch; a 1 s timeout never fires for it...
+    # The slow model sleeps 0.25 s per batch; a timeout longer than that never fires for it...
     ok = run_transform(model=str(slow_model), input=str(inp), output=str(out), content_type="application/json",
-                       invocations_timeout=1)
+                       invocations_timeout=5)
     assert ok.ok
     # ...but a handler stuck for longer than the timeout does, and is retried then failed.
-    script = "import time\n\ndef handler(data, context):\n    time.sleep(3)\n    return b'late', 'text/plain'\n"
-    from tfbatch.artifact import package
-
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "inference.py").write_text(script)
-    archive = package([slow_model / "1"], tmp_path / "m.tar.gz", code_dir=code)
-    late = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "late"),
-                         invocations_timeout=1, invocations_max_retries=1)
-    assert not late.ok and late.errors[0]["error"].startswith("invocation did not answer within")
-    assert 2.0 <= late.seconds < 6.0  # two attempts of ~1 s each, not two 3 s sleeps
+    archive = with_script(tmp_path, slow_model, STUCK)
+    try:
+        late = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "late"),
+                             env={"CALLS_DIR": str(calls)}, invocations_timeout=1, invocations_max_retries=1)
+        assert not late.ok and late.errors[0]["error"].startswith("invocation did not answer within")
+        # Two attempts, and the job did not wait for either of them to come back.
+        assert sorted(p.name for p in calls.iterdir()) == ["started-0", "started-1"]
+    finally:
+        (calls / "release").touch()

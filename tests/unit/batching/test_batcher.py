@@ -1,7 +1,12 @@
-"""DynamicBatcher tested alone with plain numpy run_batch callables."""
+"""DynamicBatcher tested alone with plain numpy run_batch callables.
+
+Deadlines are tested on a fake clock that moves only when a test moves it, so no test
+depends on how fast this machine is; real sleeps appear only as a model's own run time.
+"""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +42,47 @@ def rows(start: int, n: int, width: int = 2) -> np.ndarray:
     return np.arange(start * width, (start + n) * width, dtype=np.float32).reshape(n, width)
 
 
+class FakeClock:
+    """A monotonic clock that moves only in ``advance``; it counts reads per thread, so a
+    test can wait until a batcher thread has looked at the new time."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+        self._cond = threading.Condition()
+        self._reads: collections.Counter[str] = collections.Counter()  # since the last advance
+
+    def __call__(self) -> float:
+        with self._cond:
+            self._reads[threading.current_thread().name] += 1
+            self._cond.notify_all()
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._cond:
+            self.now += seconds
+            self._reads.clear()
+
+    def wait_read(self, thread_prefix: str, times: int = 1) -> None:
+        """Until threads named ``thread_prefix...`` read the clock ``times`` times since the last advance."""
+        def seen() -> bool:
+            return sum(n for name, n in self._reads.items() if name.startswith(thread_prefix)) >= times
+
+        with self._cond:
+            assert self._cond.wait_for(seen, timeout=30), f"no clock read by {thread_prefix!r}"
+
+
+def step(batcher: DynamicBatcher, clock: FakeClock, seconds: float) -> dict:
+    """Move time on, let a worker look at it, and return the batcher's stats after that look.
+
+    ``stats`` takes the batcher's lock, which the worker holds from reading the clock until it
+    either waits again or has taken a batch: the stats show the decision made at the new time.
+    """
+    clock.advance(seconds)
+    batcher.wake()
+    clock.wait_read("batcher-")
+    return batcher.stats
+
+
 def test_single_request_roundtrip():
     rec = Recorder()
     with DynamicBatcher(rec, max_batch_size=4, timeout_s=0.0) as b:
@@ -46,49 +92,50 @@ def test_single_request_roundtrip():
 
 
 def test_lone_request_waits_for_timeout_then_runs():
-    rec = Recorder()
-    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.05) as b:
-        t0 = time.monotonic()
+    rec, clock = Recorder(), FakeClock()
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.05, clock=clock) as b:
         fut = b.submit({"x": rows(0, 1)})
+        # It must wait for companions (not run as a batch of one at once)...
+        stats = step(b, clock, 0.04)
+        assert (stats["queue_depth"], stats["running_batches"], stats["batches"]) == (1, 0, 0)
+        assert not fut.done()
+        # ...but not beyond its deadline.
+        step(b, clock, 0.011)
         fut.result(timeout=5)
-        elapsed = time.monotonic() - t0
-    # It must wait for companions (not run as a batch of one at once) but not forever.
-    assert 0.04 <= elapsed < 1.0, elapsed
     assert rec.sizes == [1]
 
 
 def test_deadline_fixed_by_first_item_not_reset_by_later_ones():
-    rec = Recorder()
-    with DynamicBatcher(rec, max_batch_size=100, timeout_s=0.2) as b:
-        t0 = time.monotonic()
+    rec, clock = Recorder(), FakeClock()
+    with DynamicBatcher(rec, max_batch_size=100, timeout_s=0.2, clock=clock) as b:
         first = b.submit({"x": rows(0, 1)})
         # Keep adding rows more often than the timeout: a sliding deadline would never fire.
         later = []
-        for i in range(6):
-            time.sleep(0.05)
+        for i in range(3):
+            assert step(b, clock, 0.05)["queue_depth"] == i + 1
             later.append(b.submit({"x": rows(i + 1, 1)}))
+        assert step(b, clock, 0.049)["queue_depth"] == 4
+        step(b, clock, 0.002)  # 0.201 s after the first row, 0.051 s after the last
         first.result(timeout=5)
-        elapsed = time.monotonic() - t0
         for f in later:
             f.result(timeout=5)
-    assert 0.18 <= elapsed < 0.3 + 0.5, elapsed
-    assert rec.sizes[0] >= 2  # the first batch took the rows that arrived within the window
+    assert rec.sizes == [4]  # the first batch took the rows that arrived within the window
 
 
 def test_full_batch_runs_before_deadline():
     rec = Recorder()
-    with DynamicBatcher(rec, max_batch_size=4, timeout_s=10.0) as b:
-        t0 = time.monotonic()
+    # The clock never moves: only a full batch can run.
+    with DynamicBatcher(rec, max_batch_size=4, timeout_s=10.0, clock=FakeClock()) as b:
         futs = [b.submit({"x": rows(i, 1)}) for i in range(4)]
         for f in futs:
             f.result(timeout=5)
-        assert time.monotonic() - t0 < 2.0
     assert rec.sizes == [4]
 
 
 def test_batches_fill_under_concurrency_and_results_go_to_their_callers():
     rec = Recorder(delay=0.02)
-    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.05, num_threads=2) as b:
+    # A still clock: batches leave only when full, however the 32 callers are scheduled.
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.05, num_threads=2, clock=FakeClock()) as b:
 
         def call(i):
             x = rows(i, 1)
@@ -101,18 +148,19 @@ def test_batches_fill_under_concurrency_and_results_go_to_their_callers():
     for i, y in results:
         np.testing.assert_array_equal(y, rows(i, 1) * 2)
     assert sum(rec.sizes) == 64
-    assert max(rec.sizes) == 8
+    assert rec.sizes == [8] * 8
     assert stats["batches"] == len(rec.sizes) <= 16  # coalesced, not 64 batches of one
     assert stats["rows"] == 64 and stats["queue_depth"] == 0
     assert sum(stats["batch_sizes"].values()) == stats["batches"]
 
 
 def test_rows_of_different_requests_share_a_batch():
-    rec = Recorder()
-    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.2) as b:
+    rec, clock = Recorder(), FakeClock()
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.2, clock=clock) as b:
         f1 = b.submit({"x": rows(0, 5)})
         f2 = b.submit({"x": rows(5, 5)})
         np.testing.assert_array_equal(f1.result(timeout=5)["y"], rows(0, 5) * 2)
+        step(b, clock, 0.2)  # the 2 rows left over wait for their deadline
         np.testing.assert_array_equal(f2.result(timeout=5)["y"], rows(5, 5) * 2)
     # 10 rows with max 8: one full batch (5 + 3 cut from the second request), then 2.
     assert rec.sizes == [8, 2]
@@ -135,7 +183,8 @@ def test_grouping_by_keys_dtype_and_trailing_shape():
         seen.append({k: (v.dtype.str, v.shape) for k, v in inputs.items()})
         return {"n": np.full(len(next(iter(inputs.values()))), len(inputs))}
 
-    with DynamicBatcher(run, max_batch_size=16, timeout_s=0.1) as b:
+    clock = FakeClock()
+    with DynamicBatcher(run, max_batch_size=16, timeout_s=0.1, clock=clock) as b:
         futs = [
             b.submit({"x": np.zeros((2, 3), np.float32)}),
             b.submit({"x": np.zeros((1, 4), np.float32)}),  # other trailing shape
@@ -143,6 +192,7 @@ def test_grouping_by_keys_dtype_and_trailing_shape():
             b.submit({"x": np.zeros((3, 3), np.float32)}),  # joins the first
             b.submit({"x": np.zeros((1, 3), np.float32), "z": np.array([b"a"], object)}),  # other keys
         ]
+        step(b, clock, 0.1)
         for f in futs:
             f.result(timeout=5)
     shapes = sorted(tuple(sorted(d.items())) for d in seen)
@@ -217,33 +267,55 @@ def test_invalid_requests_rejected_at_submit():
 
 
 def test_queue_bound_non_blocking_raises_and_blocking_times_out():
-    gate = threading.Event()
+    gate, running = threading.Event(), threading.Event()
 
     def run(inputs):
+        running.set()
         gate.wait(10)
         return {"y": inputs["x"]}
 
-    b = DynamicBatcher(run, max_batch_size=2, timeout_s=0.0, max_queued_rows=4)
+    clock = FakeClock()
+    b = DynamicBatcher(run, max_batch_size=2, timeout_s=0.0, max_queued_rows=4, clock=clock)
     try:
         first = b.submit({"x": np.zeros((2, 1))})  # taken by the worker, which blocks
-        deadline = time.monotonic() + 5
-        while b.stats["running_batches"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
+        assert running.wait(10)
         queued = [b.submit({"x": np.zeros((2, 1))}), b.submit({"x": np.zeros((2, 1))})]
         assert b.stats["queue_depth"] == 4
         with pytest.raises(errors.Unavailable, match="queue is full"):
             b.submit({"x": np.zeros((1, 1))}, block=False)
-        t0 = time.monotonic()
-        with pytest.raises(errors.Unavailable, match="queue is full"):
-            b.submit({"x": np.zeros((1, 1))}, timeout=0.1)
-        assert 0.08 <= time.monotonic() - t0 < 2.0
+
+        def submit_in_thread(name: str, **kwargs) -> tuple[threading.Thread, list]:
+            outcome: list = []
+
+            def call():
+                try:
+                    outcome.append(b.submit({"x": np.ones((1, 1))}, **kwargs))
+                except errors.Unavailable as exc:
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=call, name=name)
+            thread.start()
+            # Two reads: its deadline, then the time left before it waits (a submit that got
+            # in would read once more for the arrival time, and show in queued_requests).
+            clock.wait_read(name, 2)
+            assert b.stats["queued_requests"] == 2 and not outcome
+            return thread, outcome
+
+        clock.advance(0)
+        timed, outcome = submit_in_thread("timed-submit", timeout=0.1)
+        clock.advance(0.09)
+        b.wake()
+        clock.wait_read("timed-submit")
+        assert b.stats["queued_requests"] == 2 and not outcome  # still waiting for room
+        clock.advance(0.011)
+        b.wake()
+        timed.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], errors.Unavailable)
+        assert "queue is full" in str(outcome[0]) and "waited 0.1 s" in str(outcome[0])
 
         # A blocked submit gets in once the worker frees room.
-        result: list = []
-        waiter = threading.Thread(target=lambda: result.append(b.submit({"x": np.ones((1, 1))}, timeout=10)))
-        waiter.start()
-        time.sleep(0.05)
-        assert not result
+        clock.advance(0)
+        waiter, result = submit_in_thread("waiting-submit", timeout=10)
         gate.set()
         waiter.join(5)
         assert result and result[0].result(timeout=5)["y"].tolist() == [[1.0]]
@@ -256,11 +328,10 @@ def test_queue_bound_non_blocking_raises_and_blocking_times_out():
 
 def test_close_drains_then_rejects():
     rec = Recorder(delay=0.01)
-    b = DynamicBatcher(rec, max_batch_size=4, timeout_s=30.0)  # deadline far away
+    # The clock never reaches the deadline: draining does not wait for it.
+    b = DynamicBatcher(rec, max_batch_size=4, timeout_s=30.0, clock=FakeClock())
     futs = [b.submit({"x": rows(i, 1)}) for i in range(3)]
-    t0 = time.monotonic()
     b.close(wait=True)
-    assert time.monotonic() - t0 < 5  # draining does not wait for the deadline
     for i, f in enumerate(futs):
         np.testing.assert_array_equal(f.result(timeout=0)["y"], rows(i, 1) * 2)
     with pytest.raises(errors.Unavailable, match="closed"):
@@ -279,17 +350,18 @@ def test_on_batch_callback_and_histogram():
 
 
 def test_cancelled_request_is_skipped():
-    gate = threading.Event()
+    gate, running = threading.Event(), threading.Event()
     seen = []
 
     def run(inputs):
+        running.set()
         gate.wait(5)
         seen.append(len(inputs["x"]))
         return {"y": inputs["x"]}
 
     with DynamicBatcher(run, max_batch_size=1, timeout_s=0.0) as b:
         first = b.submit({"x": np.zeros((1, 1))})
-        time.sleep(0.05)
+        assert running.wait(10)
         second = b.submit({"x": np.zeros((1, 1))})
         assert second.cancel()
         gate.set()
@@ -298,15 +370,25 @@ def test_cancelled_request_is_skipped():
 
 
 def test_idle_dispatch_runs_a_lone_request_at_once_and_still_batches_under_load():
-    rec = Recorder(delay=0.05)
-    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.5, idle_dispatch=True) as batcher:
-        start = time.monotonic()
-        batcher.submit({"x": rows(0, 1)}).result(timeout=5)
-        assert time.monotonic() - start < 0.25  # not the 0.5 s deadline
-        # While that first batch runs, the next requests queue and leave together.
+    rec = Recorder()
+    running, gate = threading.Event(), threading.Event()
+    gate.set()
+
+    def run(inputs):
+        running.set()
+        assert gate.wait(10)
+        return rec(inputs)
+
+    # The clock never moves, so nothing here can run because a deadline passed.
+    with DynamicBatcher(run, max_batch_size=8, timeout_s=0.5, idle_dispatch=True, clock=FakeClock()) as batcher:
+        batcher.submit({"x": rows(0, 1)}).result(timeout=5)  # not held for the 0.5 s deadline
+        # While the next batch runs, the requests behind it queue and leave together.
+        running.clear()
+        gate.clear()
         first = batcher.submit({"x": rows(1, 1)})
-        time.sleep(0.005)
+        assert running.wait(10)
         later = [batcher.submit({"x": rows(2 + i, 1)}) for i in range(7)]
+        gate.set()
         for f in [first, *later]:
             f.result(timeout=5)
     assert rec.sizes[0] == 1
@@ -315,8 +397,10 @@ def test_idle_dispatch_runs_a_lone_request_at_once_and_still_batches_under_load(
 
 
 def test_without_idle_dispatch_a_lone_request_waits_for_its_deadline():
-    rec = Recorder()
-    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.2) as batcher:
-        start = time.monotonic()
-        batcher.submit({"x": rows(0, 1)}).result(timeout=5)
-        assert time.monotonic() - start >= 0.19
+    rec, clock = Recorder(), FakeClock()
+    with DynamicBatcher(rec, max_batch_size=8, timeout_s=0.2, clock=clock) as batcher:
+        fut = batcher.submit({"x": rows(0, 1)})
+        assert step(batcher, clock, 0.19)["queue_depth"] == 1 and not fut.done()
+        step(batcher, clock, 0.011)
+        fut.result(timeout=5)
+    assert rec.sizes == [1]
