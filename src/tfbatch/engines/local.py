@@ -31,18 +31,19 @@ Emit = Callable[[ObjectResult], None]
 class LocalEngine:
     name = "local"
 
-    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+    def run(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
         if spec.instance_count == 1:
-            return [_run_instance(spec, 0, 1, emit)]
-        return self._run_processes(spec, emit)
+            return [_run_instance(spec, 0, 1, emit, stop)]
+        return self._run_processes(spec, emit, stop)
 
-    def _run_processes(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+    def _run_processes(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
+        shared_stop = ctx.Event()
         procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid()),
+                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), shared_stop),
                 name=f"tfbatch-instance-{i}",
                 daemon=True,
             )
@@ -53,6 +54,8 @@ class LocalEngine:
         summaries: dict[int, InstanceSummary] = {}
         try:
             while len(summaries) < len(procs):
+                if stop is not None and stop.is_set():
+                    shared_stop.set()
                 try:
                     message = messages.get(timeout=0.5)
                 except queue.Empty:
@@ -79,7 +82,7 @@ class LocalEngine:
                     summaries[i] = InstanceSummary(instance=i, fatal=f"instance {i} exited with code {p.exitcode}")
 
 
-def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit) -> InstanceSummary:
+def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None) -> InstanceSummary:
     from tfbatch.transform.instance import InstanceRunner
 
     runner = InstanceRunner(spec, instance, count)
@@ -89,7 +92,7 @@ def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit) ->
         runner.close()
         return InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}")
     try:
-        return runner.run(emit)
+        return runner.run(emit, stop=stop)
     finally:
         runner.close()
 
@@ -101,11 +104,11 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(3)
 
 
-def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int) -> None:
+def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int, stop=None) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     try:
         spec = TransformSpec(**spec_fields)
-        summary = _run_instance(spec, instance, count, messages.put)
+        summary = _run_instance(spec, instance, count, messages.put, stop)
     except BaseException as exc:  # noqa: BLE001 - reported as the instance's failure
         summary = InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     messages.put(summary)

@@ -23,7 +23,7 @@ from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import ObjectPipeline
-from tfbatch.transform.plan import instance_of, iter_partition
+from tfbatch.transform.plan import iter_partition
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
@@ -49,7 +49,7 @@ class InstanceRunner:
         self.spec = spec
         self.instance = instance
         self.instance_count = instance_count or spec.instance_count
-        self.ledger = Ledger.for_spec(spec)
+        self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
         self.pipeline: ObjectPipeline | None = None
@@ -104,12 +104,11 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
-    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
+    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
-        mine = lambda key: instance_of(key, self.instance_count) == self.instance  # noqa: E731
-        done = {k for k in self.ledger.done_keys() if mine(k)} if self.spec.resume else set()
-        with_errors = {k for k in self.ledger.keys_with_errors() if mine(k)}
+        done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+        with_errors = self.ledger.keys_with_errors()
         if refs is None:
             refs = iter_partition(self.spec, self.instance, self.instance_count)
         # Objects in flight: enough for every invocation slot to hold one single-payload object.
@@ -130,11 +129,14 @@ class InstanceRunner:
 
         with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix=f"object-{self.instance}") as pool:
             for ref in refs:
+                if stop is not None and stop.is_set():
+                    break  # --max-error-rate: what is in flight finishes, nothing new starts
                 if ref.key in done:
                     summary.skipped += 1
                     continue
                 slots.acquire()
                 pool.submit(one, ref)
+        self.ledger.close()  # the last group's commit
         summary.seconds = time.monotonic() - started
         if self.stack is not None:
             summary.batches = self.stack.model_server.batcher_stats()
