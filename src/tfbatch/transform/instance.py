@@ -109,8 +109,10 @@ class InstanceRunner:
         summary = InstanceSummary(instance=self.instance)
         done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
         with_errors = self.ledger.keys_with_errors()
+        partition = None
         if refs is None:
-            refs = iter_partition(self.spec, self.instance, self.instance_count)
+            # Done objects are filtered page by page against the ledger's index (not one lookup each).
+            refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
         # Objects in flight: enough for every invocation slot to hold one single-payload object.
         in_flight = max(1, self.spec.concurrency)
         slots = threading.BoundedSemaphore(in_flight)
@@ -131,12 +133,14 @@ class InstanceRunner:
             for ref in refs:
                 if stop is not None and stop.is_set():
                     break  # --max-error-rate: what is in flight finishes, nothing new starts
-                if ref.key in done:
+                if partition is None and ref.key in done:
                     summary.skipped += 1
                     continue
                 slots.acquire()
                 pool.submit(one, ref)
         self.ledger.close()  # the last group's commit
+        if partition is not None:
+            summary.skipped += partition.skipped
         summary.seconds = time.monotonic() - started
         if self.stack is not None:
             summary.batches = self.stack.model_server.batcher_stats()

@@ -19,7 +19,7 @@ from tfbatch.storage.io import is_temp_name
 from tfbatch.storage.lock import OutputLock
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import output_uri
-from tfbatch.transform.plan import Plan, iter_inputs, make_plan
+from tfbatch.transform.plan import Plan, iter_assigned, iter_inputs, make_plan
 from tfbatch.transform.progress import Progress
 from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult
 from tfbatch.transform.spec import TransformSpec
@@ -152,6 +152,6 @@ def _merge(report: JobReport, summaries: list[InstanceSummary]) -> None:
 
 def _count_todo(spec: TransformSpec, done: set[str], bar: Progress) -> None:
     try:
-        bar.set_total(sum(1 for ref in iter_inputs(spec) if ref.key not in done))
+        bar.set_total(sum(1 for _i, _ref, is_done in iter_assigned(iter_inputs(spec), 1, done) if not is_done))
     except Exception:  # the total only feeds the bar and ETA; the job itself reports listing errors
         log.debug("counting inputs failed", exc_info=True)

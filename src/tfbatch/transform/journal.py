@@ -104,12 +104,16 @@ def read_records(uri: str) -> Iterator[dict]:
                 yield record
 
 
-def iter_entries(files: list[str]) -> Iterator[dict]:
+def iter_records(files: list[str]) -> Iterator[dict]:
     for uri in files:
-        for record in read_records(uri):
-            for entry in record["entries"]:
-                if isinstance(entry, dict) and isinstance(entry.get("k"), str):
-                    yield entry
+        yield from read_records(uri)
+
+
+def iter_entries(files: list[str]) -> Iterator[dict]:
+    for record in iter_records(files):
+        for entry in record["entries"]:
+            if isinstance(entry, dict) and isinstance(entry.get("k"), str):
+                yield entry
 
 
 def compact(folder: str, run: str) -> str | None:

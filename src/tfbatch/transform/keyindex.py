@@ -20,7 +20,7 @@ def key_hash(key: str) -> tuple[int, int]:
     return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
 
 
-def _hash_arrays(keys: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+def hash_keys(keys: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
     raw = b"".join(hashlib.blake2b(k.encode("utf-8", "surrogatepass"), digest_size=16).digest() for k in keys)
     pairs = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
     return pairs[:, 0].copy(), pairs[:, 1].copy()
@@ -42,16 +42,18 @@ class KeyIndex:
     def add(self, key: str) -> None:
         self._pending.append(key)
         if len(self._pending) >= self._FLUSH:
-            self._chunks.append(_hash_arrays(self._pending))
+            self._chunks.append(hash_keys(self._pending))
             self._pending = []
 
     def update(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self.add(key)
+        self._pending.extend(keys)
+        if len(self._pending) >= self._FLUSH:
+            self._chunks.append(hash_keys(self._pending))
+            self._pending = []
 
     def _settle(self) -> None:
         if self._pending:
-            self._chunks.append(_hash_arrays(self._pending))
+            self._chunks.append(hash_keys(self._pending))
             self._pending = []
         if not self._chunks:
             return
@@ -81,14 +83,17 @@ class KeyIndex:
 
     def contains_many(self, keys: list[str]) -> np.ndarray:
         """A bool per key, in one pass over a page of keys."""
+        return self.contains_hashes(*hash_keys(keys))
+
+    def contains_hashes(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """``contains_many`` for keys already hashed with ``hash_keys``."""
         self._settle()
-        if not keys or not len(self._hi):
-            return np.zeros(len(keys), dtype=bool)
-        hi, lo = _hash_arrays(keys)
+        if not len(hi) or not len(self._hi):
+            return np.zeros(len(hi), dtype=bool)
         left = np.searchsorted(self._hi, hi, side="left")
         right = np.searchsorted(self._hi, hi, side="right")
         span = right - left
-        found = np.zeros(len(keys), dtype=bool)
+        found = np.zeros(len(hi), dtype=bool)
         single = span == 1
         found[single] = self._lo[left[single]] == lo[single]
         for i in np.nonzero(span > 1)[0]:
