@@ -54,12 +54,14 @@ def _not_found(uri: str, exc: BaseException) -> ObjectNotFound:
     return err
 
 
-def _open_raw(uri: str) -> BinaryIO:
+def _open_raw(uri: str, size: int | None = None) -> BinaryIO:
     fs, path = get_fs(uri)
     try:
         if protocol_of(uri) == "s3":
             # s3fs defaults to 50 MiB read-ahead blocks; many workers x that is too much memory.
-            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK))
+            # A size known from the listing spares the HEAD request s3fs would send for it.
+            extra = {"size": size} if size is not None else {}
+            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK, **extra))
         return retry(lambda: fs.open(path, "rb"))
     except FileNotFoundError as exc:
         raise _not_found(uri, exc) from exc
@@ -68,12 +70,13 @@ def _open_raw(uri: str) -> BinaryIO:
 class _RetryingReader(io.RawIOBase):
     """A read-only stream that reopens at the current offset after a transient failure."""
 
-    def __init__(self, uri: str, attempts: int = 5):
+    def __init__(self, uri: str, attempts: int = 5, size: int | None = None):
         super().__init__()
         self._uri = uri
         self._attempts = attempts
         self._pos = 0
-        self._f: BinaryIO | None = _open_raw(uri)
+        self._size = size
+        self._f: BinaryIO | None = _open_raw(uri, size)
 
     def readable(self) -> bool:
         return True
@@ -94,7 +97,7 @@ class _RetryingReader(io.RawIOBase):
         for attempt in range(self._attempts):
             try:
                 if self._f is None:
-                    self._f = _open_raw(self._uri)
+                    self._f = _open_raw(self._uri, self._size)
                     self._f.seek(self._pos)
                 data = self._f.read(len(view))
                 break
@@ -120,15 +123,23 @@ class _RetryingReader(io.RawIOBase):
         super().close()
 
 
-def open_read(uri: str, buffer_size: int = 1024 * 1024) -> BinaryIO:
-    """A buffered binary stream over ``uri``; raises ObjectNotFound if it does not exist."""
+def open_read(uri: str, buffer_size: int = 1024 * 1024, *, size: int | None = None) -> BinaryIO:
+    """A buffered binary stream over ``uri``; raises ObjectNotFound if it does not exist.
+
+    ``size``: the object's size if known (from the listing), which saves a request.
+    """
     uri = normalize(uri)
     if protocol_of(uri) == LOCAL:
         try:
             return open(uri, "rb", buffering=buffer_size)  # noqa: SIM115 - caller closes
         except FileNotFoundError as exc:
             raise _not_found(uri, exc) from exc
-    return io.BufferedReader(_RetryingReader(uri), buffer_size=buffer_size)  # type: ignore[return-value]
+    if size is not None and size <= _READ_BLOCK:
+        # Small objects (most batch inputs): one GET. Streaming through s3fs's file would
+        # cost a HEAD as well (it checks the ETag), doubling requests per object; the
+        # whole object is no more memory than one read-ahead block.
+        return io.BytesIO(read_bytes(uri))  # type: ignore[return-value]
+    return io.BufferedReader(_RetryingReader(uri, size=size), buffer_size=buffer_size)  # type: ignore[return-value]
 
 
 def read_bytes(uri: str) -> bytes:

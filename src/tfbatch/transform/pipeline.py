@@ -94,7 +94,7 @@ class ObjectPipeline:
         assembler = Assembler(self.spec.assemble_with, sink)
         written = False
         try:
-            with open_read(ref.uri) as raw:
+            with open_read(ref.uri, size=ref.size) as raw:
                 stream = open_input(raw, self.spec.compression, source=ref.key)
                 records = iter_records(stream, self.spec.split_type, source=ref.key)
                 payloads = form_payloads(
