@@ -138,7 +138,13 @@ def open_read(uri: str, buffer_size: int = 1024 * 1024, *, size: int | None = No
         # Small objects (most batch inputs): one GET. Streaming through s3fs's file would
         # cost a HEAD as well (it checks the ETag), doubling requests per object; the
         # whole object is no more memory than one read-ahead block.
-        return io.BytesIO(read_bytes(uri))  # type: ignore[return-value]
+        fs, path = get_fs(uri)
+        try:
+            # max_concurrency=1: s3fs would otherwise HEAD the object to decide on ranged GETs.
+            data = retry(lambda: fs.cat_file(path, max_concurrency=1))
+        except FileNotFoundError as exc:
+            raise _not_found(uri, exc) from exc
+        return io.BytesIO(data)  # type: ignore[return-value]
     return io.BufferedReader(_RetryingReader(uri, size=size), buffer_size=buffer_size)  # type: ignore[return-value]
 
 

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from tfbatch.storage import atomic_write, delete, is_local, join, list_prefix, open_read
+from tfbatch.storage import ObjectRef, atomic_write, delete, is_local, join, list_prefix, open_read
 from tfbatch.storage.io import make_dirs
 
 
@@ -85,14 +85,14 @@ class JournalWriter:
                 self._fd = None
 
 
-def journal_files(folder: str) -> list[str]:
-    """URIs of every journal and compacted file, in commit order."""
+def journal_files(folder: str) -> list[ObjectRef]:
+    """Every journal and compacted file, in commit order (sizes from the listing save requests)."""
     refs = [ref for ref in list_prefix(folder) if ref.key.endswith(".jsonl") and "/" not in ref.key]
-    return [ref.uri for ref in sorted(refs, key=lambda r: r.key)]
+    return sorted(refs, key=lambda r: r.key)
 
 
-def read_records(uri: str) -> Iterator[dict]:
-    with open_read(uri) as f:
+def read_records(ref: ObjectRef) -> Iterator[dict]:
+    with open_read(ref.uri, size=ref.size) as f:
         for raw in f:
             if not raw.endswith(b"\n"):
                 return  # a torn final append
@@ -104,12 +104,12 @@ def read_records(uri: str) -> Iterator[dict]:
                 yield record
 
 
-def iter_records(files: list[str]) -> Iterator[dict]:
-    for uri in files:
-        yield from read_records(uri)
+def iter_records(files: list[ObjectRef]) -> Iterator[dict]:
+    for ref in files:
+        yield from read_records(ref)
 
 
-def iter_entries(files: list[str]) -> Iterator[dict]:
+def iter_entries(files: list[ObjectRef]) -> Iterator[dict]:
     for record in iter_records(files):
         for entry in record["entries"]:
             if isinstance(entry, dict) and isinstance(entry.get("k"), str):
@@ -120,18 +120,18 @@ def compact(folder: str, run: str) -> str | None:
     """Fold every journal into one file named for ``run``; delete what it absorbed."""
     files = journal_files(folder)
     if len(files) <= 1:
-        return files[0] if files else None
+        return files[0].uri if files else None
 
     def lines() -> Iterator[bytes]:
-        for uri in files:
-            with open_read(uri) as f:
+        for ref in files:
+            with open_read(ref.uri, size=ref.size) as f:
                 for raw in f:
                     if raw.endswith(b"\n"):
                         yield raw
 
     target = join(folder, compact_name(run))
     atomic_write(target, lines())
-    for uri in files:
-        if uri != target:
-            delete(uri)
+    for ref in files:
+        if ref.uri != target:
+            delete(ref.uri)
     return target

@@ -44,6 +44,8 @@ FOLDER = "_tfbatch"
 # after a crash. Environment overrides exist for tuning and for crash tests.
 GROUP_SIZE = 256
 INTERVAL_S = 1.0
+# On object stores each group is a PUT (and a GET and DELETE when compacted): fewer, fuller groups.
+REMOTE_INTERVAL_S = 10.0
 
 
 def _env_number(name: str, default, kind):
@@ -75,7 +77,8 @@ class Ledger:
         self.instance = instance
         self.run = run or journal.new_run_id()
         self.group_size = group_size or _env_number("TFBATCH_LEDGER_GROUP", GROUP_SIZE, int)
-        self.interval_s = interval_s or _env_number("TFBATCH_LEDGER_INTERVAL_S", INTERVAL_S, float)
+        default_interval = INTERVAL_S if is_local(self.output) else REMOTE_INTERVAL_S
+        self.interval_s = interval_s or _env_number("TFBATCH_LEDGER_INTERVAL_S", default_interval, float)
         self._pending: list[dict] = []
         self._lock = threading.Lock()  # guards _pending
         self._commit_lock = threading.Lock()  # one commit at a time, in order
