@@ -1,8 +1,7 @@
 """Planning: which objects a job reads, and which instance handles each.
 
-An object goes to instance ``stable_hash(key) % instance_count``, the hash being the same
-128-bit BLAKE2b the ledger's key index uses, so a page of listed keys is hashed once for
-both (at 10M objects the hashing is a large part of planning). The hash depends on the
+An object goes to instance ``stable_hash(key) % instance_count`` (64-bit BLAKE2b, unchanged
+so that partitions, and the batches formed within them, stay what they were). The hash depends on the
 key alone (not on Python's per-process hash seed, listing order or sizes), so every
 instance can list the input itself and keep only its share — no coordinator ships object
 lists around, and a resumed job with the same count assigns objects the same way.
@@ -10,20 +9,20 @@ lists around, and a resumed job with the same count assigns objects the same way
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-import numpy as np
-
 from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
-from tfbatch.transform.keyindex import KeyIndex, hash_keys, key_hash
+from tfbatch.transform.keyindex import KeyIndex, hash_keys
 from tfbatch.transform.spec import TransformSpec
 
 def instance_of(key: str, instance_count: int) -> int:
     if instance_count <= 1:
         return 0
-    return key_hash(key)[0] % instance_count
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % instance_count
 
 
 def iter_inputs(spec: TransformSpec) -> Iterator[ObjectRef]:
@@ -53,12 +52,11 @@ def iter_assigned(refs: Iterable[ObjectRef], instance_count: int, done=None) -> 
     """(instance, ref, already done) for every listed object, streamed page by page."""
     n = max(1, instance_count)
     for page in _pages(refs):
-        hi, lo = hash_keys([ref.key for ref in page])
-        instances = (hi % np.uint64(n)).tolist()
+        instances = [instance_of(ref.key, n) for ref in page] if n > 1 else [0] * len(page)
         if not done:
             flags = [False] * len(page)
         elif isinstance(done, KeyIndex):  # one vectorised lookup per page
-            flags = done.contains_hashes(hi, lo).tolist()
+            flags = done.contains_hashes(*hash_keys([ref.key for ref in page])).tolist()
         elif hasattr(done, "contains_many"):
             flags = done.contains_many([ref.key for ref in page]).tolist()
         else:
