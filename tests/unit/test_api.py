@@ -56,7 +56,7 @@ class RecordingEngine:
     def __init__(self):
         self.specs = []
 
-    def run(self, spec, emit):
+    def run(self, spec, emit, stop=None):
         from tfbatch.transform.report import InstanceSummary, ObjectResult
 
         self.specs.append(spec)

@@ -36,21 +36,23 @@ class LocalEngine:
 
     name: ClassVar[str] = "local"
 
-    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+    def run(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
         devices = gpu_plan(spec)
         if spec.instance_count == 1:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
                 os.environ.update(instance_env(devices[0]))
-            return [_run_instance(spec, 0, 1, emit)]
-        return self._run_processes(spec, emit, devices)
+            return [_run_instance(spec, 0, 1, emit, stop)]
+        return self._run_processes(spec, emit, devices, stop)
 
-    def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]]) -> list[InstanceSummary]:
+    def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]], stop=None) -> list[InstanceSummary]:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
+        shared_stop = ctx.Event()
         procs = [
             ctx.Process(
                 target=_worker_main,
-                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), instance_env(devices[i])),
+                args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), instance_env(devices[i]),
+                      shared_stop),
                 name=f"tfbatch-instance-{i}",
                 daemon=True,
             )
@@ -61,6 +63,8 @@ class LocalEngine:
         summaries: dict[int, InstanceSummary] = {}
         try:
             while len(summaries) < len(procs):
+                if stop is not None and stop.is_set():
+                    shared_stop.set()
                 try:
                     message = messages.get(timeout=0.5)
                 except queue.Empty:
@@ -87,7 +91,7 @@ class LocalEngine:
                     summaries[i] = InstanceSummary(instance=i, fatal=f"instance {i} exited with code {p.exitcode}")
 
 
-def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit) -> InstanceSummary:
+def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None) -> InstanceSummary:
     from tfbatch.transform.instance import InstanceRunner
 
     runner = InstanceRunner(spec, instance, count)
@@ -97,7 +101,7 @@ def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit) ->
         runner.close()
         return InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}")
     try:
-        return runner.run(emit)
+        return runner.run(emit, stop=stop)
     finally:
         runner.close()
 
@@ -115,13 +119,13 @@ def gpu_plan(spec: TransformSpec) -> list[list[str]]:
 
 
 def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, stop=None) -> None:
     # Spawned, so TensorFlow is not imported yet: it reads CUDA_VISIBLE_DEVICES on first use.
     os.environ.update(env or {})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     try:
         spec = TransformSpec(**spec_fields)
-        summary = _run_instance(spec, instance, count, messages.put)
+        summary = _run_instance(spec, instance, count, messages.put, stop)
     except BaseException as exc:  # noqa: BLE001 - reported as the instance's failure
         summary = InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     messages.put(summary)

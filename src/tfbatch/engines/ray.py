@@ -113,7 +113,7 @@ class RayEngine:
         self.options = options if options is not None else RayOptions.from_env()
         self.timeline = RunTimeline()
 
-    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]:
+    def run(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
         ray = _ray()
         owns = not ray.is_initialized()
         if owns:
@@ -124,7 +124,7 @@ class RayEngine:
             ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
                      logging_level=logging.WARNING, **extra)
         try:
-            job = _Job(spec, emit, self.options, self.timeline)
+            job = _Job(spec, emit, self.options, self.timeline, stop)
             return job.run()
         finally:
             if owns:
@@ -140,8 +140,9 @@ class _Task:
 
 
 class _Job:
-    def __init__(self, spec: TransformSpec, emit: Emit, options: RayOptions, timeline: RunTimeline):
+    def __init__(self, spec: TransformSpec, emit: Emit, options: RayOptions, timeline: RunTimeline, stop=None):
         self.ray = _ray()
+        self.stop = stop
         self.spec = spec
         self.emit = emit
         self.options = options
@@ -188,7 +189,7 @@ class _Job:
 
     def run(self) -> list[InstanceSummary]:
         ledger = Ledger.for_spec(self.spec)
-        done = ledger.done_keys() if self.spec.resume else set()
+        done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
         self.with_errors = ledger.keys_with_errors()
         self.actors = self._start_actors()
         self.ready = {a.ready.remote(): i for i, a in enumerate(self.actors)}
@@ -207,6 +208,11 @@ class _Job:
         exhausted = False
         while True:
             while not exhausted:
+                if self.stop is not None and self.stop.is_set():
+                    exhausted, held = True, None  # --max-error-rate: finish what is in flight only
+                    for backlog in self.backlog:
+                        backlog.clear()
+                    break
                 if held is None:
                     ref = next(inputs, None)
                     if ref is None:
@@ -313,6 +319,12 @@ class _Job:
             s.seconds = seconds
             s.fatal = self.fatal.get(i)
             if s.fatal is None:
+                try:
+                    # The last group commit: entries still queued in the actor are not yet done.
+                    self.ray.get(actor.flush_ledger.remote(), timeout=120)
+                except Exception:
+                    log.warning("instance %d: last ledger commit failed; its objects will be redone", i,
+                                exc_info=True)
                 try:
                     s.batches = self.ray.get(actor.batch_stats.remote(), timeout=30)
                     self.timeline.actor_pids[i] = self.ray.get(actor.pid.remote(), timeout=30)

@@ -78,6 +78,9 @@ class InstanceActor:
         finally:
             memory.rm_file(staged)
 
+    def flush_ledger(self) -> int:
+        return self.runner.ledger.flush()
+
     def batch_stats(self) -> dict:
         stack = self.runner.stack
         return stack.model_server.batcher_stats() if stack is not None else {}

@@ -8,10 +8,14 @@ target; on S3 it is one PUT, or a multipart upload completed only after the last
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
 import logging
 import os
+import re
 import secrets
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
@@ -34,6 +38,10 @@ __all__ = [
     "retry",
     "is_transient",
     "MULTIPART_CHUNK",
+    "TEMP_NAME",
+    "temp_name",
+    "make_dirs",
+    "sync_local",
 ]
 
 # S3 refuses parts under 5 MiB (except the last); bigger parts mean fewer requests.
@@ -51,12 +59,14 @@ def _not_found(uri: str, exc: BaseException) -> ObjectNotFound:
     return err
 
 
-def _open_raw(uri: str, attempts: int | None = None) -> BinaryIO:
+def _open_raw(uri: str, size: int | None = None, attempts: int | None = None) -> BinaryIO:
     fs, path = get_fs(uri)
     try:
         if protocol_of(uri) == "s3":
             # s3fs defaults to 50 MiB read-ahead blocks; many workers x that is too much memory.
-            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK), attempts=attempts)
+            # A size known from the listing spares the HEAD request s3fs would send for it.
+            extra = {"size": size} if size is not None else {}
+            return retry(lambda: fs.open(path, "rb", block_size=_READ_BLOCK, **extra), attempts=attempts)
         return retry(lambda: fs.open(path, "rb"), attempts=attempts)
     except FileNotFoundError as exc:
         raise _not_found(uri, exc) from exc
@@ -65,12 +75,13 @@ def _open_raw(uri: str, attempts: int | None = None) -> BinaryIO:
 class _RetryingReader(io.RawIOBase):
     """A read-only stream that reopens at the current offset after a transient failure."""
 
-    def __init__(self, uri: str, attempts: int | None = None):
+    def __init__(self, uri: str, attempts: int | None = None, size: int | None = None):
         super().__init__()
         self._uri = uri
         self._attempts = attempts or default_attempts()
         self._pos = 0
-        self._f: BinaryIO | None = _open_raw(uri)
+        self._size = size
+        self._f: BinaryIO | None = _open_raw(uri, size)
 
     def readable(self) -> bool:
         return True
@@ -92,7 +103,7 @@ class _RetryingReader(io.RawIOBase):
             try:
                 if self._f is None:
                     # one request: the reopen counts against this read's attempts, not a nested loop
-                    self._f = _open_raw(self._uri, attempts=1)
+                    self._f = _open_raw(self._uri, self._size, attempts=1)
                     self._f.seek(self._pos)
                 data = self._f.read(len(view))
                 break
@@ -125,15 +136,29 @@ class _RetryingReader(io.RawIOBase):
         super().close()
 
 
-def open_read(uri: str, buffer_size: int = 1024 * 1024) -> BinaryIO:
-    """A buffered binary stream over ``uri``; raises ObjectNotFound if it does not exist."""
+def open_read(uri: str, buffer_size: int = 1024 * 1024, *, size: int | None = None) -> BinaryIO:
+    """A buffered binary stream over ``uri``; raises ObjectNotFound if it does not exist.
+
+    ``size``: the object's size if known (from the listing), which saves a request.
+    """
     uri = normalize(uri)
     if protocol_of(uri) == LOCAL:
         try:
             return open(uri, "rb", buffering=buffer_size)  # noqa: SIM115 - caller closes
         except FileNotFoundError as exc:
             raise _not_found(uri, exc) from exc
-    return io.BufferedReader(_RetryingReader(uri), buffer_size=buffer_size)  # type: ignore[return-value]
+    if size is not None and size <= _READ_BLOCK:
+        # Small objects (most batch inputs): one GET. Streaming through s3fs's file would
+        # cost a HEAD as well (it checks the ETag), doubling requests per object; the
+        # whole object is no more memory than one read-ahead block.
+        fs, path = get_fs(uri)
+        try:
+            # max_concurrency=1: s3fs would otherwise HEAD the object to decide on ranged GETs.
+            data = retry(lambda: fs.cat_file(path, max_concurrency=1))
+        except FileNotFoundError as exc:
+            raise _not_found(uri, exc) from exc
+        return io.BytesIO(data)  # type: ignore[return-value]
+    return io.BufferedReader(_RetryingReader(uri, size=size), buffer_size=buffer_size)  # type: ignore[return-value]
 
 
 def read_bytes(uri: str) -> bytes:
@@ -158,12 +183,97 @@ def _chunks(data: bytes | bytearray | memoryview | Iterable[bytes]) -> Iterator[
                 yield bytes(chunk)
 
 
+# Temporary names carry a hash of the target's name, not the name itself: a 250-character
+# file name plus a prefix and suffix would pass the 255-byte NAME_MAX (ENAMETOOLONG), and two
+# targets never share a temporary file because each also gets 12 random hex digits.
+TEMP_NAME = re.compile(r"^\.tfb-[0-9a-f]{16}-[0-9a-f]{12}\.tmp$")
+_LEGACY_TEMP_NAME = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
+
+
+def temp_name(basename: str) -> str:
+    digest = hashlib.blake2b(basename.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f".tfb-{digest}-{secrets.token_hex(6)}.tmp"
+
+
+def is_temp_name(name: str) -> bool:
+    return bool(TEMP_NAME.match(name) or _LEGACY_TEMP_NAME.match(name))
+
+
+# Folders this process has created or seen: a job writing 10M outputs into a few folders
+# would otherwise pay a failing mkdir per object. Bounded so a tree of millions of folders
+# cannot grow it without limit (a miss only costs one makedirs).
+_MADE_DIRS: set[str] = set()
+_MADE_DIRS_MAX = 100_000
+_MADE_DIRS_LOCK = threading.Lock()
+
+
+def make_dirs(folder: str) -> None:
+    if folder in _MADE_DIRS:
+        return
+    os.makedirs(folder, exist_ok=True)
+    with _MADE_DIRS_LOCK:
+        if len(_MADE_DIRS) >= _MADE_DIRS_MAX:
+            _MADE_DIRS.clear()
+        _MADE_DIRS.add(folder)
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def sync_local(path: str) -> None:
+    """Make every write and rename on the local filesystem holding ``path`` durable, in one call.
+
+    Group commit: many ``.out`` files written with ``durable=False`` cost one ``syncfs`` per
+    group instead of two fsyncs each. Where libc has no ``syncfs``, ``os.sync`` (every
+    filesystem) does the same job more broadly.
+    """
+    folder = path[len("file://"):] if path.startswith("file://") else path
+    while folder and not os.path.isdir(folder):
+        folder = os.path.dirname(folder)
+    syncfs = _syncfs()
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(folder or ".", os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _syncfs():
+    """libc's syncfs (Linux), from the symbols already in this process; None elsewhere."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
 def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
     folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{secrets.token_hex(6)}")
+    make_dirs(folder)
+    tmp = os.path.join(folder, temp_name(os.path.basename(path)))
     # os.open with 0o666 lets the umask decide permissions, as a plain open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileNotFoundError:
+        _MADE_DIRS.discard(folder)  # removed behind our back: create it again
+        make_dirs(folder)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in _chunks(data):
@@ -178,19 +288,8 @@ def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
         except FileNotFoundError:
             pass
         raise
-    if not durable:
-        return
-    # Make the rename itself durable.
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+    if durable:
+        _fsync_dir(folder)  # the rename itself
 
 
 def _atomic_write_s3(uri: str, data: Any, chunk_size: int) -> None:

@@ -1,110 +1,178 @@
-"""A loopback HTTP proxy that answers chosen requests with an error and counts every request.
+"""An HTTP proxy on loopback in front of an S3-API server: counts requests, injects faults.
 
-Put it between a client and an S3-API server (``FaultProxy(server.endpoint_url)``, then point
-``AWS_ENDPOINT_URL`` at ``proxy.url``) to see how many requests a client really makes when the
-service answers 503: the count is taken on the wire, so retries hidden in any client layer show.
+Clients point ``AWS_ENDPOINT_URL`` at the proxy; every request is forwarded to the real
+server unless the proxy decides (seeded, so a run is repeatable) to
+
+- reset the connection (RST, no response) — what a dropped connection looks like,
+- answer ``503 SlowDown`` — S3's throttling answer,
+- or forward it after a delay.
+
+It counts requests by S3 operation kind (LIST, GET, PUT, HEAD, DELETE, POST) and by
+(method, path), and faults by kind, which is how the tests bound retries and the benchmarks
+count requests per object. ``failures=N`` (with an optional ``match(method, path)``) answers
+the first N matching requests 503 SlowDown instead of drawing faults at random: the count is
+taken on the wire, so retries hidden in any client layer show.
 """
 
 from __future__ import annotations
 
+import http.client
+import random
+import socket
+import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
-import requests
-
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host",
-               "content-length", "proxy-connection"}
 SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
              b"<Message>Please reduce your request rate.</Message></Error>")
 
 
-class FaultProxy:
-    """Forwards to ``target``; the first ``failures`` requests that ``match(method, path)`` get ``status``."""
+def operation(method: str, path: str) -> str:
+    query = urlsplit(path).query
+    if method == "GET" and ("list-type=" in query or urlsplit(path).path.count("/") <= 1 and "prefix=" in query):
+        return "LIST"
+    return method
 
-    def __init__(self, target: str, *, match: Callable[[str, str], bool] = lambda m, p: True,
-                 failures: int = 0, status: int = 503, body: bytes = SLOW_DOWN):
-        self.target = target.rstrip("/")
-        self.match = match
+
+class FaultProxy:
+    def __init__(self, upstream: str, *, reset: float = 0.0, slow_down: float = 0.0, delay: float = 0.0,
+                 delay_s: float = 0.05, seed: int = 0, only: frozenset[str] | None = None,
+                 failures: int = 0, match: Callable[[str, str], bool] | None = None):
+        self.upstream = urlsplit(upstream)
+        self.rates = {"reset": reset, "slow_down": slow_down, "delay": delay}
+        self.delay_s = delay_s
+        self.only = only  # operations eligible for faults (None: all)
+        self.random = random.Random(seed)
+        self.requests: Counter[str] = Counter()
+        self.by_path: Counter[tuple[str, str]] = Counter()  # (method, path without query) -> count
         self.failures = failures
-        self.status = status
-        self.body = body
-        self.requests: Counter[tuple[str, str]] = Counter()  # (method, path without query) -> count
+        self.match = match
         self.failed = 0
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._session = requests.Session()
+        self.faults: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     @property
     def url(self) -> str:
-        """The proxy's base URL (point AWS_ENDPOINT_URL here)."""
-        assert self._server is not None, "start() first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.endpoint_url
 
     def count(self, method: str, path: str) -> int:
         """Requests seen for ``method`` on ``path`` (query string ignored), failed ones included."""
-        with self._lock:
-            return self.requests[(method, path)]
+        with self.lock:
+            return self.by_path[(method, path)]
 
-    def _should_fail(self, method: str, path: str) -> bool:
-        with self._lock:
-            self.requests[(method, path.split("?", 1)[0])] += 1
-            if self.failed < self.failures and self.match(method, path):
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.by_path.clear()
+            self.faults.clear()
+
+    def _decide(self, method: str, path: str) -> str | None:
+        op = operation(method, path)
+        with self.lock:
+            self.requests[op] += 1
+            self.by_path[(method, path.split("?", 1)[0])] += 1
+            if self.failed < self.failures and (self.match is None or self.match(method, path)):
                 self.failed += 1
-                return True
-            return False
+                self.faults["slow_down"] += 1
+                return "slow_down"
+            if self.only is not None and op not in self.only:
+                return None
+            roll = self.random.random()
+            for kind, rate in self.rates.items():
+                if roll < rate:
+                    self.faults[kind] += 1
+                    return kind
+                roll -= rate
+        return None
 
     def start(self) -> "FaultProxy":
-        """Listen on a free loopback port, serving from a daemon thread."""
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args) -> None:  # the test reads counters, not access logs
+            def log_message(self, *args) -> None:
                 pass
 
-            def _handle(self) -> None:
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    parts = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(parts)
+                        parts.append(self.rfile.read(size))
+                        self.rfile.readline()
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                if proxy._should_fail(self.command, self.path):
-                    self.send_response(proxy.status)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(proxy.body)))
-                    self.end_headers()
-                    self.wfile.write(proxy.body)
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                body = self._body()
+                fault = proxy._decide(self.command, self.path)
+                if fault == "reset":
+                    # SO_LINGER 0 turns close() into a TCP RST: "connection reset by peer".
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()
                     return
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-                resp = proxy._session.request(self.command, proxy.target + self.path, headers=headers,
-                                              data=body, allow_redirects=False, stream=False)
-                self.send_response(resp.status_code)
-                for key, value in resp.headers.items():
-                    if key.lower() not in _HOP_BY_HOP and key.lower() != "content-encoding":
-                        self.send_header(key, value)
-                content = b"" if self.command == "HEAD" else resp.content
-                self.send_header("Content-Length", resp.headers.get("Content-Length", str(len(content)))
-                                 if self.command == "HEAD" else str(len(content)))
+                if fault == "slow_down":
+                    self.send_response(503, "Slow Down")
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(SLOW_DOWN)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(SLOW_DOWN)
+                    return
+                if fault == "delay":
+                    time.sleep(proxy.delay_s)  # injected latency, the thing under test
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("transfer-encoding", "connection", "content-length")}
+                if body or self.command in ("PUT", "POST"):
+                    headers["Content-Length"] = str(len(body))
+                up = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port, timeout=60)
+                try:
+                    up.request(self.command, self.path, body=body or None, headers=headers)
+                    resp = up.getresponse()
+                    data = resp.read()
+                finally:
+                    up.close()
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
-                self.wfile.write(content)
+                if self.command != "HEAD":
+                    self.wfile.write(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True).start()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="fault-proxy").start()
         return self
 
     def stop(self) -> None:
-        """Stop listening and close the upstream session."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        self._session.close()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
 
     def __enter__(self) -> "FaultProxy":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

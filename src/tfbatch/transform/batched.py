@@ -19,7 +19,6 @@ before.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -163,12 +162,10 @@ class BatchLane:
                 finished(fallback(item.ref, item.had_error_file))
         if not written:
             return
-        # One flush for the whole batch instead of two fsyncs per object; the ledger may
-        # only say "done" once the outputs are durable, so the markers come after it.
-        sync_outputs(output_uri(self.spec, written[0][0].ref.key))
-        for item, result in written:
-            self.ledger.save_failures(result, had_error_file=item.had_error_file)
-            self.ledger.mark_done(result)
+        # Outputs were written without fsync; the ledger's group commit makes them durable
+        # (one syncfs) before the journal record that says they are done.
+        for _, result in written:
+            self.ledger.record(result)
             finished(result)
 
     def _write_one(self, item: _Item, row: dict[str, np.ndarray], started: float, jsonenc, encode_predict,
@@ -256,39 +253,6 @@ class BatchLane:
             "workers": self.workers,
             "objects_run_alone": self.fallbacks,
         }
-
-
-def sync_outputs(uri: str) -> None:
-    """Make every write so far to the filesystem holding ``uri`` durable (one ``syncfs``).
-
-    Object stores need nothing: a PUT is durable when it returns.
-    """
-    import os
-
-    from tfbatch.storage.uri import LOCAL, normalize, protocol_of
-
-    uri = normalize(uri)
-    if protocol_of(uri) != LOCAL:
-        return
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        syncfs = _syncfs()
-        if syncfs is None or syncfs(fd) != 0:
-            os.sync()
-    finally:
-        os.close(fd)
-
-
-@functools.cache
-def _syncfs():
-    """libc's syncfs (Linux), from the symbols already in this process; None elsewhere."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
 
 
 class _ListSink:

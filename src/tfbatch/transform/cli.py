@@ -61,6 +61,13 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="ignore the ledger of an earlier run of this job and redo every object")
     p.add_argument("--follow-symlinks", action="store_true", default=None,
                    help="local input: walk into symbolic links to folders (each folder once, loops refused)")
+    p.add_argument("--retry-failed", action="store_true", default=None,
+                   help="also redo objects an earlier run finished with recorded bad-input failures")
+    p.add_argument("--max-error-rate", type=float, metavar="FRACTION",
+                   help="stop (resumable) once more than this fraction of objects failed, after the first 100 "
+                        "(default 0.5; 1 never stops)")
+    p.add_argument("--wait-lock", action="store_true", default=None,
+                   help="wait for another job using the same output prefix instead of refusing to start")
     p.add_argument("--dry-run", action="store_true", help="print the plan (objects per instance) and exit")
     p.add_argument("--engine", choices=["local", "ray"], help="where instances run (default: local processes)")
     p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
@@ -82,6 +89,7 @@ def spec_from_args(args: argparse.Namespace):
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
         "engine", "follow_symlinks", "kms_key_id", "precision", "gpus_per_instance",
+        "retry_failed", "max_error_rate", "wait_lock",
     ]
     for name in names:
         value = getattr(args, name, None)

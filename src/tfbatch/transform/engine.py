@@ -9,6 +9,7 @@ about where work runs is found through a global.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -26,7 +27,8 @@ class Engine(Protocol):
     Contract: every object of instance *i*'s partition (``plan.instance_of``) goes through
     ``InstanceRunner``'s pipeline exactly once per attempt, each result is passed to ``emit``,
     and the return value holds one summary per instance, in instance order, with ``fatal``
-    set for an instance that could not run.
+    set for an instance that could not run. Once ``stop`` is set (the job's error-rate guard
+    tripped) instances take no new objects, finish what they hold, and return.
     """
 
     @property
@@ -34,4 +36,4 @@ class Engine(Protocol):
         """What ``TransformSpec.engine`` calls this engine (``local``, ``ray``)."""
         ...
 
-    def run(self, spec: TransformSpec, emit: Emit) -> list[InstanceSummary]: ...
+    def run(self, spec: TransformSpec, emit: Emit, stop: threading.Event | None = None) -> list[InstanceSummary]: ...

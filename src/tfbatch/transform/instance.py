@@ -16,14 +16,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import ObjectPipeline
-from tfbatch.transform.plan import instance_of, iter_partition
+from tfbatch.transform.plan import iter_partition
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
@@ -49,7 +49,7 @@ class InstanceRunner:
         self.spec = spec
         self.instance = instance
         self.instance_count = instance_count or spec.instance_count
-        self.ledger = Ledger.for_spec(spec)
+        self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
         self.pipeline: ObjectPipeline | None = None
@@ -134,7 +134,19 @@ class InstanceRunner:
         return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
                          workers=max(2, os.cpu_count() or 1), tuner=tuner)
 
-    def _run_lane(self, lane, refs, done, with_errors, summary, emit, started) -> InstanceSummary:
+    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
+        """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
+
+        ``stop`` (the job's --max-error-rate guard): once set, nothing new starts.
+        """
+        started = time.monotonic()
+        summary = InstanceSummary(instance=self.instance)
+        done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+        with_errors = self.ledger.keys_with_errors()
+        partition = None
+        if refs is None:
+            # Done objects are filtered page by page against the ledger's index (not one lookup each).
+            refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
         lock = threading.Lock()
 
         def finished(result: ObjectResult) -> None:
@@ -142,38 +154,36 @@ class InstanceRunner:
                 summary.count(result)
             emit(result)
 
-        def todo():
+        def todo() -> Iterator[ObjectRef]:
             for ref in refs:
-                if ref.key in done:
+                if stop is not None and stop.is_set():
+                    return  # --max-error-rate: what is in flight finishes, nothing new starts
+                if partition is None and ref.key in done:
                     summary.skipped += 1
                     continue
-                yield ref, ref.key in with_errors
+                yield ref
 
-        lane.run(todo(), lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+        lane = self._lane()
+        try:
+            if lane is not None:
+                lane.run(((ref, ref.key in with_errors) for ref in todo()),
+                         lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+                summary.batches = {lane.stats["name"]: {**lane.stats, "precision": self.spec.precision}}
+            else:
+                self._run_objects(todo(), with_errors, finished)
+                summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision}
+                                   for name, stats in self.stack.model_server.batcher_stats().items()}
+        finally:
+            self.ledger.close()  # the last group's commit
+        if partition is not None:
+            summary.skipped += partition.skipped
         summary.seconds = time.monotonic() - started
-        summary.batches = {lane.stats["name"]: {**lane.stats, "precision": self.spec.precision}}
         return summary
 
-    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
-        started = time.monotonic()
-        summary = InstanceSummary(instance=self.instance)
-        mine = lambda key: instance_of(key, self.instance_count) == self.instance  # noqa: E731
-        done = {k for k in self.ledger.done_keys() if mine(k)} if self.spec.resume else set()
-        with_errors = {k for k in self.ledger.keys_with_errors() if mine(k)}
-        if refs is None:
-            refs = iter_partition(self.spec, self.instance, self.instance_count)
-        lane = self._lane()
-        if lane is not None:
-            return self._run_lane(lane, refs, done, with_errors, summary, emit, started)
+    def _run_objects(self, refs: Iterable[ObjectRef], with_errors, finished: Emit) -> None:
         # Objects in flight: enough for every invocation slot to hold one single-payload object.
         in_flight = max(1, self.spec.concurrency)
         slots = threading.BoundedSemaphore(in_flight)
-        lock = threading.Lock()
-
-        def finished(result: ObjectResult) -> None:
-            with lock:
-                summary.count(result)
-            emit(result)
 
         def one(ref: ObjectRef) -> None:
             try:
@@ -183,13 +193,5 @@ class InstanceRunner:
 
         with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix=f"object-{self.instance}") as pool:
             for ref in refs:
-                if ref.key in done:
-                    summary.skipped += 1
-                    continue
                 slots.acquire()
                 pool.submit(one, ref)
-        summary.seconds = time.monotonic() - started
-        if self.stack is not None:
-            summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision}
-                               for name, stats in self.stack.model_server.batcher_stats().items()}
-        return summary

@@ -9,15 +9,18 @@ ran it.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
 
-from tfbatch.storage import normalize
+from tfbatch.storage import is_local, normalize
+from tfbatch.storage.io import is_temp_name
+from tfbatch.storage.lock import OutputLock
 from tfbatch.transform.engine import Engine
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import output_uri
-from tfbatch.transform.plan import Plan, iter_inputs, make_plan
+from tfbatch.transform.plan import Plan, iter_assigned, iter_inputs, make_plan
 from tfbatch.transform.progress import Progress
 from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult
 from tfbatch.transform.spec import TransformSpec
@@ -41,7 +44,7 @@ def as_spec(spec: TransformSpec | None, fields: dict[str, Any]) -> TransformSpec
 def plan_transform(spec: TransformSpec | None = None, **fields: Any) -> Plan:
     """What a run would do (objects per instance, what the ledger says is done); runs nothing."""
     spec = as_spec(spec, fields)
-    done = Ledger.for_spec(spec).done_keys() if spec.resume else set()
+    done = Ledger.for_spec(spec).done_keys(retry_failed=spec.retry_failed) if spec.resume else set()
     return make_plan(spec, done)
 
 
@@ -54,15 +57,24 @@ def run_job(spec: TransformSpec, engine: Engine, *, progress: str | Progress | N
     from tfbatch.storage.s3options import set_job_options
 
     set_job_options(kms_key_id=spec.kms_key_id)  # the driver's own writes (ledger, report) too
+    # One job per output prefix for the whole run: only then is it safe to delete the
+    # temporary files a killed run left behind, and to compact the ledger at the end.
+    with OutputLock(normalize(spec.output), wait=spec.wait_lock) as output_lock:
+        return _run_locked(spec, engine, progress, output_lock)
+
+
+def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: OutputLock) -> JobReport:
     ledger = Ledger.for_spec(spec)
     bar = progress if isinstance(progress, Progress) else Progress(progress or "off")
-    ledger.remove_stale_temp_files(normalize(spec.output))
-    done = ledger.done_keys() if spec.resume else set()
-    earlier_failures = len(ledger.keys_with_errors() & done)
+    remove_stale_temp_files(normalize(spec.output))
+    done = ledger.done_keys(retry_failed=spec.retry_failed) if spec.resume else set()
+    erred = ledger.keys_with_errors()
+    earlier_failures = 0 if spec.retry_failed or not spec.resume else len(erred)
     report = JobReport(
         job=spec.fingerprint(), instances=spec.instance_count, concurrency=spec.concurrency, output=spec.output
     )
     lock = threading.Lock()
+    stop = threading.Event()
 
     def emit(result: ObjectResult) -> None:
         with lock:
@@ -74,25 +86,56 @@ def run_job(spec: TransformSpec, engine: Engine, *, progress: str | Progress | N
                                               "offset": failure.offset, "error": failure.error})
                 log.warning("%s: %d of %d records failed: %s", result.key, result.failed_records,
                             result.records, result.error)
+            if (not stop.is_set() and report.objects >= spec.error_rate_after
+                    and report.failed > spec.max_error_rate * report.objects):
+                report.stopped = (
+                    f"{report.failed} of the first {report.objects} objects failed (more than --max-error-rate "
+                    f"{spec.max_error_rate:g}); first error: {report.errors[0]['error'] if report.errors else '?'}. "
+                    "Fix the cause and run the same command again: finished objects are kept"
+                )
+                stop.set()
         bar.update(result)
 
     if bar.mode != "off":
         threading.Thread(target=_count_todo, args=(spec, done, bar), daemon=True, name="count-inputs").start()
     started = time.monotonic()
     try:
-        summaries = engine.run(spec, emit)
+        summaries = engine.run(spec, emit, stop=stop)
     finally:
         bar.close()
     report.seconds = time.monotonic() - started
     _merge(report, summaries)
+    if output_lock.lost:
+        report.fatal.append(output_lock.lost)
+    ledger.compact()
     report.error_report = ledger.write_error_report()
     if earlier_failures:
         report.fatal.append(
             f"{earlier_failures} objects finished with failed records in an earlier run (see the error report); "
-            "rerun with resume off to redo them"
+            "rerun with --retry-failed to redo them"
         )
     ledger.write_report(report.to_dict())
     return report
+
+
+def remove_stale_temp_files(output: str) -> int:
+    """Delete temporary files a killed run left in a local output folder.
+
+    Call only while holding the output's lock: a live job's temporary files look the same.
+    On S3 an unfinished upload is never visible, so nothing is needed there.
+    """
+    if not is_local(output) or not os.path.isdir(output):
+        return 0
+    removed = 0
+    for folder, _dirs, files in os.walk(output):
+        for name in files:
+            if is_temp_name(name):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+    return removed
 
 
 def _merge(report: JobReport, summaries: list[InstanceSummary]) -> None:
@@ -106,6 +149,6 @@ def _merge(report: JobReport, summaries: list[InstanceSummary]) -> None:
 
 def _count_todo(spec: TransformSpec, done: set[str], bar: Progress) -> None:
     try:
-        bar.set_total(sum(1 for ref in iter_inputs(spec) if ref.key not in done))
+        bar.set_total(sum(1 for _i, _ref, is_done in iter_assigned(iter_inputs(spec), 1, done) if not is_done))
     except Exception:  # the total only feeds the bar and ETA; the job itself reports listing errors
         log.debug("counting inputs failed", exc_info=True)

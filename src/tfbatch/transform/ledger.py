@@ -2,87 +2,238 @@
 
 Layout under ``<output>/_tfbatch/``::
 
-    ledger/<fingerprint>/<key>        one small marker per finished object
-    errors/<fingerprint>/<key>.jsonl  that object's record failures (only if it had any)
-    errors.jsonl                      every failure of the job, gathered at the end
+    lock                              who is running a job on this output (see storage/lock.py)
+    ledger/<fingerprint>/*.jsonl      journals of committed groups, compacted at the end of a job
+    errors.jsonl                      every standing failure of the job, gathered at the end
     report.json                       the job report
 
-A marker is written only after the object's ``.out`` is in place (and its error file
-before the marker), each with an atomic write, so "marker exists" always means "output
-complete". Markers are separate objects rather than lines in one file because S3 cannot
-append and several instances finish objects at the same time. The fingerprint of the
-job's output-shaping settings is part of the path: a changed job never mistakes another
-job's markers for its own.
+Group commit: ``record()`` queues an object's entry; a group (``group_size`` entries, or
+whatever is queued after ``interval_s``) is committed by first making every ``.out`` of the
+group durable — one ``syncfs`` of the output filesystem, since the pipeline writes outputs
+without their own fsyncs — and only then appending the group's journal record and
+fsyncing it. So an entry found on resume always has its output; an output with no entry
+(killed before its group committed) is simply redone to the same bytes.
+
+The failure taxonomy lives here: an entry is *done* (output written, or the input is bad
+and its failures recorded) or *retry* (the object could not be processed — storage or
+transient errors — and a resumed job runs it again). Keys are stored inside the journal
+records, never in file names, so no two keys can share a marker whatever characters or
+length they have.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import re
+import threading
 from collections.abc import Iterator
 
-from tfbatch.storage import atomic_write, delete, is_local, join, list_prefix, open_read, write_text
+from tfbatch.storage import delete, is_local, join, normalize, write_text
+from tfbatch.storage.io import sync_local
+import tfbatch.transform.journal as journal
+from tfbatch.transform.keyindex import KeyIndex, key_hash
 from tfbatch.transform.report import ObjectResult
 from tfbatch.transform.spec import TransformSpec
 
+log = logging.getLogger(__name__)
+
 FOLDER = "_tfbatch"
-_TEMP = re.compile(r"^\..+\.tmp-[0-9a-f]{12}$")
+# A group is committed at this many objects or after this long, whichever comes first:
+# bigger groups mean fewer syncs and journal records, at the price of more objects redone
+# after a crash. Environment overrides exist for tuning and for crash tests.
+GROUP_SIZE = 256
+INTERVAL_S = 1.0
+# On object stores each group is a PUT (and a GET and DELETE when compacted): fewer, fuller groups.
+REMOTE_INTERVAL_S = 10.0
+
+
+def _env_number(name: str, default, kind):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ValueError(f"{name}: expected a number, got {value!r}") from None
+    if number <= 0:
+        raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    return number
+
+
+class LedgerCommitError(RuntimeError):
+    """A group's journal record could not be written: its objects stay not done."""
 
 
 class Ledger:
-    def __init__(self, output: str, fingerprint: str):
+    def __init__(self, output: str, fingerprint: str, *, instance: int = 0, run: str | None = None,
+                 group_size: int | None = None, interval_s: float | None = None):
+        self.output = normalize(output)
         self.root = join(output, FOLDER)
         self.fingerprint = fingerprint
-        self.markers = join(self.root, f"ledger/{fingerprint}/")
-        self.error_files = join(self.root, f"errors/{fingerprint}/")
+        self.folder = join(self.root, f"ledger/{fingerprint}/")
         self.report_uri = join(self.root, "report.json")
         self.error_report_uri = join(self.root, "errors.jsonl")
+        self.instance = instance
+        self.run = run or journal.new_run_id()
+        self.group_size = group_size or _env_number("TFBATCH_LEDGER_GROUP", GROUP_SIZE, int)
+        default_interval = INTERVAL_S if is_local(self.output) else REMOTE_INTERVAL_S
+        self.interval_s = interval_s or _env_number("TFBATCH_LEDGER_INTERVAL_S", default_interval, float)
+        self._pending: list[dict] = []
+        self._lock = threading.Lock()  # guards _pending
+        self._commit_lock = threading.Lock()  # one commit at a time, in order
+        self._writer: journal.JournalWriter | None = None
+        self._flusher: threading.Thread | None = None
+        self._closed = threading.Event()
+        self.commit_error: BaseException | None = None
+        self.groups_committed = 0
+        self._state: tuple[KeyIndex, set[str]] | None = None
 
     @classmethod
-    def for_spec(cls, spec: TransformSpec) -> "Ledger":
-        return cls(spec.output, spec.fingerprint())
+    def for_spec(cls, spec: TransformSpec, **kwargs) -> "Ledger":
+        return cls(spec.output, spec.fingerprint(), **kwargs)
 
     # ---- reading --------------------------------------------------------------------
 
-    def done_keys(self) -> set[str]:
-        """Keys of finished objects (one listing; a few bytes per finished object)."""
-        return {ref.key for ref in list_prefix(self.markers)}
+    def load(self) -> tuple[KeyIndex, set[str]]:
+        """(done, done with recorded bad-input failures), from one listing of the journals.
 
-    def keys_with_errors(self) -> set[str]:
-        return {ref.key[: -len(".jsonl")] for ref in list_prefix(self.error_files) if ref.key.endswith(".jsonl")}
+        Keys with failures are few (``--max-error-rate`` stops a job where they are not), so
+        they stay plain strings; the done keys go into the compact index.
+        """
+        done = KeyIndex()
+        erred: set[str] = set()
+        pending: list[str] = []
+        for record in journal.iter_records(journal.journal_files(self.folder)):
+            for entry in record["entries"]:
+                key = entry.get("k")
+                if not isinstance(key, str) or entry.get("retry"):
+                    continue  # failed to process: not done; an earlier success stays valid
+                pending.append(key)
+                if "e" in entry:
+                    erred.add(key)
+                elif erred:
+                    erred.discard(key)
+            if len(pending) >= 65536:
+                done.update(pending)
+                pending = []
+        done.update(pending)
+        return done, erred
+
+    def _loaded(self) -> tuple[KeyIndex, set[str]]:
+        if self._state is None:
+            self._state = self.load()
+        return self._state
+
+    def done_keys(self, *, retry_failed: bool = False) -> "KeyIndex | _Without":
+        """Keys finished by earlier runs; with ``retry_failed``, less those with recorded failures."""
+        done, erred = self._loaded()
+        return _Without(done, erred) if retry_failed and len(erred) else done
+
+    def keys_with_errors(self):
+        return self._loaded()[1]
 
     def iter_error_lines(self) -> Iterator[bytes]:
-        for ref in list_prefix(self.error_files):
-            with open_read(ref.uri) as f:
-                data = f.read()
-            if data:
-                yield data if data.endswith(b"\n") else data + b"\n"
+        """Each key's standing failures (those of its latest entry), in commit order.
+
+        Three streaming passes so memory follows the number of keys with failures, not
+        the number of objects: which keys ever failed, where each one's latest entry is,
+        then those entries.
+        """
+        files = journal.journal_files(self.folder)
+        failed = {key_hash(e["k"]) for e in journal.iter_entries(files) if e.get("e")}
+        if not failed:
+            return
+        latest: dict[tuple[int, int], int] = {}
+        for position, entry in enumerate(journal.iter_entries(files)):
+            h = key_hash(entry["k"])
+            if h in failed:
+                latest[h] = position if entry.get("e") else -1
+        for position, entry in enumerate(journal.iter_entries(files)):
+            if entry.get("e") and latest.get(key_hash(entry["k"])) == position:
+                yield "".join(json.dumps(f, separators=(",", ":")) + "\n" for f in entry["e"]).encode()
 
     # ---- writing --------------------------------------------------------------------
 
+    def record(self, result: ObjectResult, *, fail_object: bool = False) -> bool:
+        """Queue an object's outcome for the next group commit; True if it counts as done.
+
+        Done: no failure that a retry could cure, and (with fail-object) no failure at all.
+        A retry entry is still journaled so the report can name it, but never counts as done.
+        """
+        done = not result.transient and (result.ok or not fail_object)
+        if done or result.failures:
+            entry: dict = {"k": result.key, "r": result.records, "f": result.failed_records,
+                           "b": result.output_bytes, "w": result.written}
+            if result.failures:
+                entry["e"] = [json.loads(f.to_json()) for f in result.failures]
+            if not done:
+                entry["retry"] = True
+            self._queue(entry)
+        return done
+
+    # Names the pipeline has always called; ``record`` is the one place that decides.
     def save_failures(self, result: ObjectResult, *, had_error_file: bool = False) -> None:
-        """Keep an object's failures for the error report (finished or not)."""
-        error_uri = join(self.error_files, result.key + ".jsonl")
-        if result.failures:
-            atomic_write(error_uri, "".join(f.to_json() + "\n" for f in result.failures).encode())
-        elif had_error_file:
-            delete(error_uri)  # a previous run's failures no longer hold
+        return None
 
     def mark_done(self, result: ObjectResult) -> None:
-        """Record a finished object; call only once its ``.out`` is in place."""
-        marker = {
-            "records": result.records,
-            "failed_records": result.failed_records,
-            "output_bytes": result.output_bytes,
-            "written": result.written,
-        }
-        # No fsync: the .out was made durable before this marker was written, so a marker
-        # lost to a power cut only means the object is redone; one found always has its .out.
-        write_text(join(self.markers, result.key), json.dumps(marker), durable=False)
+        self.record(result)
+
+    def _queue(self, entry: dict) -> None:
+        if self.commit_error is not None:
+            raise LedgerCommitError(f"the ledger could not be written: {self.commit_error}") from self.commit_error
+        with self._lock:
+            self._pending.append(entry)
+            full = len(self._pending) >= self.group_size
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                                 name=f"ledger-commit-{self.instance}")
+                self._flusher.start()
+        if full:
+            self.flush()
+
+    def _flush_loop(self) -> None:
+        while not self._closed.wait(self.interval_s):
+            try:
+                self.flush()
+            except Exception:  # kept in commit_error; the next record() raises it
+                log.exception("ledger group commit failed")
+
+    def flush(self) -> int:
+        """Commit what is queued: outputs durable first, then one journal record. Returns its size."""
+        with self._commit_lock:
+            with self._lock:
+                group, self._pending = self._pending, []
+            if not group:
+                return 0
+            try:
+                if is_local(self.output):
+                    sync_local(self.output)
+                if self._writer is None:
+                    self._writer = journal.JournalWriter(self.folder, self.run, self.instance)
+                line = json.dumps({"entries": group}, separators=(",", ":")) + "\n"
+                self._writer.append(line.encode())
+            except BaseException as exc:
+                self.commit_error = exc
+                raise
+            self.groups_committed += 1
+            return len(group)
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+
+    def compact(self) -> str | None:
+        return journal.compact(self.folder, self.run)
 
     def write_error_report(self) -> str | None:
-        """Gather every object's failures into ``errors.jsonl``; None when there were none."""
+        """Gather every standing failure into ``errors.jsonl``; None when there are none."""
+        from tfbatch.storage import atomic_write
+
         lines = self.iter_error_lines()
         first = next(lines, None)
         if first is None:
@@ -96,25 +247,26 @@ class Ledger:
         atomic_write(self.error_report_uri, chunks())
         return self.error_report_uri
 
-    def remove_stale_temp_files(self, output: str) -> int:
-        """Delete temporary files a killed run left in a local output folder.
-
-        Local atomic writes go through ``.<name>.tmp-<hex>`` next to the target; SIGKILL
-        can strand one. On S3 an unfinished upload is never visible, so nothing is needed.
-        """
-        if not is_local(output) or not os.path.isdir(output):
-            return 0
-        removed = 0
-        for folder, _dirs, files in os.walk(output):
-            for name in files:
-                if _TEMP.match(name):
-                    try:
-                        os.unlink(os.path.join(folder, name))
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
-        return removed
-
     def write_report(self, report: dict) -> str:
         write_text(self.report_uri, json.dumps(report, indent=2, sort_keys=True) + "\n")
         return self.report_uri
+
+
+class _Without:
+    """``done`` less ``erred``: what --retry-failed treats as done."""
+
+    def __init__(self, done: KeyIndex, erred: set[str]):
+        self.done, self.erred = done, erred
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.done and key not in self.erred
+
+    def contains_many(self, keys: list[str]):
+        found = self.done.contains_many(keys)
+        for i, key in enumerate(keys):
+            if found[i] and key in self.erred:
+                found[i] = False
+        return found
+
+    def __len__(self) -> int:
+        return len(self.done) - len(self.erred)

@@ -94,7 +94,7 @@ class ObjectPipeline:
         assembler = Assembler(self.spec.assemble_with, sink)
         written = False
         try:
-            with open_read(ref.uri) as raw:
+            with open_read(ref.uri, size=ref.size) as raw:
                 stream = open_input(raw, self.spec.compression, source=ref.key)
                 records = iter_records(
                     stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit
@@ -104,7 +104,9 @@ class ObjectPipeline:
                 payloads = form_payloads(
                     records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=ref.key
                 )
-                atomic_write(target, self._stream(payloads, state, assembler, sink))
+                # Not fsynced here: the ledger's group commit makes a group's outputs durable at
+                # once, before recording them as done.
+                atomic_write(target, self._stream(payloads, state, assembler, sink), durable=False)
                 written = True
         except _AbortObject:
             pass
@@ -127,10 +129,7 @@ class ObjectPipeline:
         return result
 
     def _record(self, result: ObjectResult, had_error_file: bool) -> None:
-        self.ledger.save_failures(result, had_error_file=had_error_file)
-        finished = not result.transient and (result.ok or not self.fail_object)
-        if finished:
-            self.ledger.mark_done(result)
+        self.ledger.record(result, fail_object=self.fail_object)
 
     # ---- the ordered output stream ----------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Planning: which objects a job reads, and which instance handles each.
 
-An object goes to instance ``stable_hash(key) % instance_count``. The hash depends on the
+An object goes to instance ``stable_hash(key) % instance_count`` (64-bit BLAKE2b, unchanged
+so that partitions, and the batches formed within them, stay what they were). The hash depends on the
 key alone (not on Python's per-process hash seed, listing order or sizes), so every
 instance can list the input itself and keep only its share — no coordinator ships object
 lists around, and a resumed job with the same count assigns objects the same way.
@@ -9,10 +10,12 @@ lists around, and a resumed job with the same count assigns objects the same way
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
+from tfbatch.transform.keyindex import KeyIndex, hash_keys
 from tfbatch.transform.spec import TransformSpec
 
 def instance_of(key: str, instance_count: int) -> int:
@@ -41,10 +44,50 @@ def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterato
         yield ref
 
 
-def iter_partition(spec: TransformSpec, instance: int, instance_count: int) -> Iterator[ObjectRef]:
-    for ref in iter_inputs(spec):
-        if instance_of(ref.key, instance_count) == instance:
+PAGE = 1024
+
+
+def _pages(refs: Iterable[ObjectRef], size: int = PAGE) -> Iterator[list[ObjectRef]]:
+    it = iter(refs)
+    while page := list(islice(it, size)):
+        yield page
+
+
+def iter_assigned(refs: Iterable[ObjectRef], instance_count: int, done=None) -> Iterator[tuple[int, ObjectRef, bool]]:
+    """(instance, ref, already done) for every listed object, streamed page by page."""
+    n = max(1, instance_count)
+    for page in _pages(refs):
+        instances = [instance_of(ref.key, n) for ref in page] if n > 1 else [0] * len(page)
+        if not done:
+            flags = [False] * len(page)
+        elif isinstance(done, KeyIndex):  # one vectorised lookup per page
+            flags = done.contains_hashes(*hash_keys([ref.key for ref in page])).tolist()
+        elif hasattr(done, "contains_many"):
+            flags = done.contains_many([ref.key for ref in page]).tolist()
+        else:
+            flags = [ref.key in done for ref in page]
+        yield from zip(instances, page, flags)
+
+
+class Partition:
+    """One instance's objects still to run, streamed; ``skipped`` counts those already done."""
+
+    def __init__(self, refs: Iterable[ObjectRef], instance: int, instance_count: int, done=None):
+        self.refs, self.instance, self.instance_count, self.done = refs, instance, instance_count, done
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[ObjectRef]:
+        for i, ref, is_done in iter_assigned(self.refs, self.instance_count, self.done):
+            if i != self.instance:
+                continue
+            if is_done:
+                self.skipped += 1
+                continue
             yield ref
+
+
+def iter_partition(spec: TransformSpec, instance: int, instance_count: int, done=None) -> Partition:
+    return Partition(iter_inputs(spec), instance, instance_count, done)
 
 
 @dataclass
@@ -83,16 +126,15 @@ class Plan:
         return "\n".join(lines)
 
 
-def make_plan(spec: TransformSpec, done: set[str] | None = None, *, examples: int = 3) -> Plan:
+def make_plan(spec: TransformSpec, done=None, *, examples: int = 3,
+              refs: Iterable[ObjectRef] | None = None) -> Plan:
     """Walk the listing once, keeping only counts (memory does not grow with the listing)."""
     n = spec.instance_count
     plan = Plan(n, [0] * n, [0] * n, [0] * n, [[] for _ in range(n)])
-    done = done or set()
-    for ref in iter_inputs(spec):
-        i = instance_of(ref.key, n)
+    for i, ref, is_done in iter_assigned(iter_inputs(spec) if refs is None else refs, n, done):
         plan.objects[i] += 1
         plan.bytes[i] += ref.size or 0
-        if ref.key in done:
+        if is_done:
             plan.done[i] += 1
         elif len(plan.examples[i]) < examples:
             plan.examples[i].append(ref.key)

@@ -16,6 +16,11 @@ from tfbatch.errors import TfbatchError
 # Failures that waiting may cure: such an object is not recorded as finished, so a re-run
 # tries it again.
 TRANSIENT_STATUS = frozenset({429, 503, 504})
+# What an object-level exception that is not one of tfbatch's own errors is reported as: a
+# storage or environment failure (connection reset, permission denied, 5xx after retries),
+# never bad input. Decoding problems are tfbatch errors (RecordError, 4xx) by the time
+# they leave the record readers.
+STORAGE_FAILURE_STATUS = 503
 
 
 @dataclass(frozen=True)
@@ -27,19 +32,23 @@ class RecordFailure:
     offset: int | None
     error: str
     status: int = 500
+    retry: bool = False  # failed to process (not the input's fault): a resumed job runs it again
 
     @property
     def transient(self) -> bool:
-        return self.status in TRANSIENT_STATUS
+        return self.retry or self.status in TRANSIENT_STATUS
 
     @classmethod
     def from_exception(cls, key: str, record: int | None, offset: int | None, exc: BaseException) -> "RecordFailure":
         if isinstance(exc, TfbatchError):
-            return cls(key, record, offset, exc.message, exc.status)
-        return cls(key, record, offset, f"{type(exc).__name__}: {exc}", 500)
+            return cls(key, record, offset, exc.message, exc.status, exc.status in TRANSIENT_STATUS)
+        return cls(key, record, offset, f"{type(exc).__name__}: {exc}", STORAGE_FAILURE_STATUS, True)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        data = asdict(self)
+        if not data["retry"]:
+            del data["retry"]  # bad-input lines keep the shape they always had
+        return json.dumps(data, separators=(",", ":"))
 
 
 @dataclass
@@ -73,6 +82,8 @@ class _Counts:
     failed: int
     records: int
     failed_records: int
+    bad_input: int
+    failed_to_process: int
 
     def count(self, result: ObjectResult) -> None:
         self.objects += 1
@@ -82,6 +93,10 @@ class _Counts:
             self.succeeded += 1
         else:
             self.failed += 1
+            if result.transient:
+                self.failed_to_process += 1
+            else:
+                self.bad_input += 1
 
 
 @dataclass
@@ -95,6 +110,8 @@ class InstanceSummary(_Counts):
     skipped: int = 0
     records: int = 0
     failed_records: int = 0
+    bad_input: int = 0
+    failed_to_process: int = 0
     seconds: float = 0.0
     batches: dict[str, Any] = field(default_factory=dict)
     fatal: str | None = None  # the instance itself could not run (model load failed, ...)
@@ -111,6 +128,9 @@ class JobReport(_Counts):
     skipped: int = 0  # finished by an earlier run (ledger)
     records: int = 0
     failed_records: int = 0
+    bad_input: int = 0  # objects finished with recorded failures (permanent; --retry-failed redoes them)
+    failed_to_process: int = 0  # objects left not done (storage/transient); a resumed job retries them
+    stopped: str | None = None  # why the job stopped before its end (--max-error-rate); resumable
     seconds: float = 0.0
     instances: int = 1
     concurrency: int = 0
@@ -122,7 +142,7 @@ class JobReport(_Counts):
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and not self.fatal
+        return self.failed == 0 and not self.fatal and not self.stopped
 
     @property
     def records_per_second(self) -> float:
@@ -141,6 +161,11 @@ class JobReport(_Counts):
             + (f" ({self.skipped} already done, skipped)" if self.skipped else "")
             + f"; {self.records} records, {self.failed_records} failed, {self.records_per_second:.1f} records/s"
         ]
+        if self.failed:
+            lines.append(f"  {self.bad_input} objects with bad input (recorded; --retry-failed redoes them), "
+                         f"{self.failed_to_process} failed to process (a resumed run retries them)")
+        if self.stopped:
+            lines.append(f"  stopped early: {self.stopped}")
         for message in self.fatal:
             lines.append(f"  instance failed: {message}")
         for err in self.errors[:5]:

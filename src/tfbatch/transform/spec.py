@@ -74,6 +74,14 @@ class TransformSpec(BaseModel):
     # Model batch size chosen from the job's first batches (transform/autotune.py); None means
     # "yes unless max_batch_size was given", resolved once when the spec is built.
     autotune: bool | None = None
+    # Also redo objects an earlier run finished with recorded bad-input failures.
+    retry_failed: bool = False
+    # Stop the job (resumable) once more than this fraction of objects failed, counted after
+    # the first ``error_rate_after`` objects; 1.0 never stops.
+    max_error_rate: float = Field(default=0.5, ge=0.0, le=1.0)
+    error_rate_after: int = Field(default=100, ge=1)
+    # Wait for another job holding the output prefix instead of refusing to start.
+    wait_lock: bool = False
 
     @field_validator("env")
     @classmethod

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tfbatch import run_transform
 
+from tests.integration.transform.ledger_files import done_keys, forget
+
 
 def _outs(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
@@ -29,9 +31,9 @@ def test_rerun_skips_finished_objects_and_redoes_the_rest(tmp_path, linear_model
     reference = _outs(out)
     second = run_transform(**common)
     assert second.objects == 0 and second.skipped == 6 and second.ok
-    # Lose one object's marker (as if killed between its .out and its marker): only it is redone.
-    marker = next((out / "_tfbatch" / "ledger").rglob("3.json"))
-    marker.unlink()
+    # Lose one object's ledger entry (as if killed between its .out and its group commit): only it is redone.
+    assert "3.json" in done_keys(out)
+    forget(out, "3.json")
     (out / "3.json.out").unlink()
     third = run_transform(**common)
     assert third.objects == 1 and third.skipped == 5 and _outs(out) == reference
@@ -58,16 +60,15 @@ def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_mode
             "application/json", "--assemble-with", "Line", "--max-batch-size", "1", "--max-concurrent-transforms", "4"]
     killed_out, reference_out = tmp_path / "killed", tmp_path / "reference"
     proc = _cli([*args, "--output", str(killed_out)])
-    ledger = killed_out / "_tfbatch" / "ledger"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if ledger.exists() and sum(1 for p in ledger.rglob("*") if p.is_file()) >= 5:
+        if len(done_keys(killed_out)) >= 5:
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    finished = sum(1 for p in ledger.rglob("*") if p.is_file())
+    finished = len(done_keys(killed_out))
     assert 5 <= finished < 24
 
     # Meanwhile nothing half-written is visible: every .out present is complete JSON lines.

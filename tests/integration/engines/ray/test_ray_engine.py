@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
 from tfbatch.engines.ray import RayEngine, RayOptions
 from tfbatch.testing.models import linear_expected
@@ -39,7 +40,7 @@ def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_p
     got = np.ravel(first["predictions"] if isinstance(first, dict) else first)
     np.testing.assert_allclose(got, linear_expected(np.array([[0, 1, 1.0]], np.float32))[0], rtol=1e-5)
     # Same ledger: a re-run on either engine would skip the same objects.
-    markers = lambda root: sorted(p.name for p in (root / "_tfbatch" / "ledger").rglob("*") if p.is_file())  # noqa: E731
+    markers = lambda root: sorted(set(done_keys(root)))  # noqa: E731
     assert markers(tmp_path / "ray") == markers(tmp_path / "local")
     report = json.loads((tmp_path / "ray" / "_tfbatch" / "report.json").read_text())
     assert report["ok"] and report["objects"] == 14
