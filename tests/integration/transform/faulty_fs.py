@@ -26,14 +26,23 @@ class FaultyFileSystem(MemoryFileSystem):
             path = path[len("faulty://"):]
         return super()._strip_protocol(path)
 
-    def _open(self, path, mode="rb", **kwargs):
+    def _check_read(self, path) -> str:
         path = self._strip_protocol(path)
         with self._lock:
             self.opens[path] = self.opens.get(path, 0) + 1
         fault = self.faults.get(path)
-        if fault is not None and "r" in mode:
+        if fault is not None:
             raise fault
+        return path
+
+    def _open(self, path, mode="rb", **kwargs):
+        if "r" in mode:
+            path = self._check_read(path)
         return super()._open(path, mode, **kwargs)
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        # Whole-object reads (small objects are fetched in one call) fail like opens.
+        return super().cat_file(self._check_read(path), start=start, end=end, **kwargs)
 
 
 fsspec.register_implementation("faulty", FaultyFileSystem, clobber=True)
