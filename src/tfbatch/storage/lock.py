@@ -37,6 +37,7 @@ class OutputLocked(TfbatchError):
     """Another job holds the output prefix."""
 
     status = 409
+    grpc_code = "ABORTED"
 
 
 def _holder() -> dict[str, Any]:
