@@ -68,15 +68,21 @@ class InstanceActor:
         if self.fatal is not None:
             return None  # the engine learns why from ready() and skips this partition
         if data is None:
-            return self.runner.process(ObjectRef(uri, key, size), had_error_file=had_error_file)
-        # Pre-read bytes (a reader task fetched them): same pipeline, an in-process source.
-        staged = f"{STAGING}/{uuid.uuid4().hex}"
-        memory = fsspec.filesystem("memory")
-        memory.pipe_file(staged, data)
-        try:
-            return self.runner.process(ObjectRef(staged, key, len(data)), had_error_file=had_error_file)
-        finally:
-            memory.rm_file(staged)
+            result = self.runner.process(ObjectRef(uri, key, size), had_error_file=had_error_file)
+        else:
+            # Pre-read bytes (a reader task fetched them): same pipeline, an in-process source.
+            staged = f"{STAGING}/{uuid.uuid4().hex}"
+            memory = fsspec.filesystem("memory")
+            memory.pipe_file(staged, data)
+            try:
+                result = self.runner.process(ObjectRef(staged, key, len(data)), had_error_file=had_error_file)
+            finally:
+                memory.rm_file(staged)
+        # The driver counts an object finished once this call returns, so its ledger entry is
+        # committed first: an actor killed after returning must not take queued entries with it.
+        # Calls that finish together share one commit (the ledger groups what is queued).
+        self.runner.ledger.flush()
+        return result
 
     def flush_ledger(self) -> int:
         return self.runner.ledger.flush()
