@@ -330,7 +330,7 @@ def _iter_recordio(
                 return
             if len(header) < 8:
                 if not header:
-                    what = "a multi-part record ends before its last part (cflag 3)"
+                    what = "truncated: a multi-part record ends before its last part (cflag 3)"
                 else:
                     what = (
                         f"truncated RecordIO header at byte {part_at} "
