@@ -1,4 +1,4 @@
-"""The transform benchmark's results as a markdown table (``results.md``)."""
+"""Writing benchmark results: the transform table (``results.md``) and any harness's JSON."""
 
 from __future__ import annotations
 
@@ -10,6 +10,17 @@ NAMES = {
     "b": "(b) tf.data by hand",
     "c": "(c) HTTP per image, SageMaker-style",
 }
+
+
+def print_and_save(result: Any, out: str | None) -> None:
+    """Print ``result`` as JSON and, when ``out`` is given, write the same text there."""
+    import json
+
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
 
 
 def _f(value: Any, digits: int = 1, suffix: str = "") -> str:

@@ -19,6 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.common.report import print_and_save
+
 
 def _linear_job(root: Path, objects: int, lines: int) -> tuple[Path, Path]:
     from tfbatch.testing.models import make_linear_model
@@ -154,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         result = overhead(args.objects, args.lines, args.instances, args.repeats)
     else:
         result = listing(args.objects, args.threads, args.page_size)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    print_and_save(result, args.out)
     return 0
 
 

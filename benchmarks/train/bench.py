@@ -15,7 +15,6 @@ excluded); wall seconds, including process start and export, are reported alongs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -24,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from benchmarks.common.report import print_and_save
 from tfbatch.train.config import TrainConfig
 from tfbatch.train.data import write_cifar10, write_digits
 from tfbatch.train.launcher import train
@@ -73,11 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "benchmark": "train_throughput", "dataset": args.dataset, "cpu_count": os.cpu_count(),
         "machine": platform.platform(), "runs": runs,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    print_and_save(report, args.out)
     return 0
 
 

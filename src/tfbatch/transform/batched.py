@@ -31,7 +31,6 @@ import numpy as np
 
 from tfbatch.records import Assembler
 from tfbatch.records.images import check_image
-from tfbatch.settings import MIB
 from tfbatch.storage import ObjectRef, atomic_write, open_read
 from tfbatch.transform.report import ObjectResult
 
@@ -87,7 +86,7 @@ class BatchLane:
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
         (self.input_key,) = self.sig.inputs
-        self.limit = spec.max_payload_mb * MIB if spec.max_payload_mb else 0
+        self.limit = spec.max_payload_bytes or 0
         self.max_image_pixels = spec.max_image_pixels
         self.batches = 0
         self.rows = 0
