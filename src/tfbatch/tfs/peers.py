@@ -62,6 +62,37 @@ def socket_inode(table: str, local: str, remote: str) -> int | None:
     return None
 
 
+def _find_inode(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """The client socket's inode. An IPv4 client may sit in either table: gRPC, for one, opens
+    dual-stack IPv6 sockets, listed in tcp6 with IPv4-mapped addresses (::ffff:127.0.0.1)."""
+    try:
+        ip = ipaddress.ip_address(client[0])
+        server_ip = ipaddress.ip_address(server[0])
+    except ValueError:
+        return None
+    ip, server_ip = _unmap(ip), _unmap(server_ip)
+    candidates = []
+    if ip.version == 4 and server_ip.version == 4:
+        candidates.append((4, str(ip), str(server_ip)))
+        candidates.append((6, f"::ffff:{ip}", f"::ffff:{server_ip}"))
+    else:
+        candidates.append((6, str(ip), str(server_ip)))
+    for version, local, remote in candidates:
+        try:
+            with open(_PROC_NET[version]) as f:
+                table = f.read()
+        except OSError:
+            continue
+        inode = socket_inode(table, proc_address(local, client[1]), proc_address(remote, server[1]))
+        if inode is not None:
+            return inode
+    return None
+
+
+def _unmap(ip):
+    return getattr(ip, "ipv4_mapped", None) or ip
+
+
 def _holds_inode(pid: int, target: str) -> bool:
     fd_dir = f"/proc/{pid}/fd"
     try:
@@ -99,20 +130,14 @@ class ProcessTreePeers:
             host = ipaddress.ip_address(client[0])
         except ValueError:
             return False
-        if not host.is_loopback and not _is_mapped_loopback(host):
+        if not _unmap(host).is_loopback:
             return False  # only a loopback client can be a local process we can look up
         if self._linux:
             return self._linux_is_ours(client, server)
         return self._psutil_is_ours(client, server)
 
     def _linux_is_ours(self, client: tuple[str, int], server: tuple[str, int]) -> bool:
-        version = ipaddress.ip_address(client[0]).version
-        try:
-            with open(_PROC_NET[version]) as f:
-                table = f.read()
-            inode = socket_inode(table, proc_address(*client), proc_address(*server))
-        except (OSError, ValueError):
-            return False
+        inode = _find_inode(client, server)
         if inode is None:
             return False
         with self._lock:
@@ -156,13 +181,5 @@ class ProcessTreePeers:
         return False
 
 
-def _is_mapped_loopback(ip: ipaddress._BaseAddress) -> bool:
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return mapped is not None and mapped.is_loopback
-
-
 def _norm(addr) -> tuple[str, int]:
-    host, port = addr[0], addr[1]
-    ip = ipaddress.ip_address(host)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return (str(mapped or ip), int(port))
+    return (str(_unmap(ipaddress.ip_address(addr[0]))), int(addr[1]))

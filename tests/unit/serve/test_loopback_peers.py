@@ -101,3 +101,41 @@ def test_guard_needs_a_token_and_checks_both_ways(connection):
     assert not stranger.allows(None, client, server)
     assert stranger.allows("Bearer t", None, None)
     assert LoopbackGuard("t").allows(None, client, server)
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1", "localhost", "0.0.0.0"])
+def test_grpc_interceptor_with_real_dual_stack_sockets(target):
+    """gRPC opens IPv6 sockets for IPv4 peers (listed in tcp6 as ::ffff:127.0.0.1); the
+    seed's handler dials 0.0.0.0. Our own channel passes bare; a stranger tree needs the token."""
+    from concurrent import futures
+
+    import grpc
+
+    from tfbatch.tfs.loopback_auth import LoopbackAuthInterceptor
+
+    def serve(guard):
+        port = []
+        handler = grpc.method_handlers_generic_handler(
+            "t.T", {"Echo": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"ok:" + req)}
+        )
+        server = grpc.server(futures.ThreadPoolExecutor(2),
+                             interceptors=[LoopbackAuthInterceptor(guard, lambda: ("127.0.0.1", port[0]))])
+        server.add_generic_rpc_handlers((handler,))
+        port.append(server.add_insecure_port("127.0.0.1:0"))
+        server.start()
+        return server, port[0]
+
+    for guard, bare_ok in ((LoopbackGuard("t"), True), (LoopbackGuard("t", ProcessTreePeers(root_pid=NOBODY)), False)):
+        server, port = serve(guard)
+        try:
+            with grpc.insecure_channel(f"{target}:{port}") as channel:
+                echo = channel.unary_unary("/t.T/Echo")
+                if bare_ok:
+                    assert echo(b"x", timeout=10) == b"ok:x"
+                else:
+                    with pytest.raises(grpc.RpcError) as info:
+                        echo(b"x", timeout=10)
+                    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                assert echo(b"y", timeout=10, metadata=[("authorization", "Bearer t")]) == b"ok:y"
+        finally:
+            server.stop(None)
