@@ -114,8 +114,12 @@ def concurrent(make_call: Callable[[], Callable[[], object]], clients: int, per_
     barrier = threading.Barrier(clients + 1)
 
     def client():
-        call = make_call()
-        call()  # warm this client's connection
+        try:
+            call = make_call()
+            call()  # warm this client's connection
+        except BaseException:
+            barrier.abort()  # fail the run instead of leaving the others waiting forever
+            raise
         barrier.wait()
         for _ in range(per_client):
             call()
@@ -268,7 +272,9 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
 
     env = {"SAGEMAKER_TFS_ENABLE_BATCHING": "true", "SAGEMAKER_TFS_MAX_BATCH_SIZE": str(args.concurrency),
            "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": str(args.batch_timeout_micros)} if args.batching else {}
-    server = Server(model_dir, workdir, args.server_flag or [], env)
+    # Every client's call in flight at once must be admitted, not refused as over the gRPC cap.
+    flags = ["--grpc-max-concurrent-rpcs", str(2 * args.concurrency), *(args.server_flag or [])]
+    server = Server(model_dir, workdir, flags, env)
     try:
         clients = {
             "rest_invocations": (rest_invocations, server.url, parse_rest),
