@@ -6,6 +6,14 @@ over gRPC (``PredictionServiceStub.Predict`` with a string tensor): N sequential
 (P50/P90/P95/P99/average) and a concurrent load (throughput, against the bare model's
 batched throughput).
 
+Client work is the same for both protocols: a sequential call ends when the client holds the
+output as a numpy array (REST: ``orjson.loads`` + ``np.asarray``; gRPC: ``tf.make_ndarray``).
+``client_parse_ms`` is that step alone, timed on one response. The concurrent load stops at
+the received message (bytes / response proto) so that it measures the server, not the 2-CPU
+client parsing 64 responses at once. ``encode_*_ms`` time the server's JSON encoding of one
+response in-process: ``tolist`` + ``json.dumps`` (per-element Python, the old path) against
+``jsonenc.dumps`` over the numpy array (orjson, what the server does).
+
 Models: ``mobilenet_v2`` (224-pixel JPEG -> 1000 probabilities), ``detection`` (a JPEG in,
 a detection-sized float32 output of ``--detection-mb`` MB out), ``tiny`` (harness check).
 
@@ -106,8 +114,12 @@ def concurrent(make_call: Callable[[], Callable[[], object]], clients: int, per_
     barrier = threading.Barrier(clients + 1)
 
     def client():
-        call = make_call()
-        call()  # warm this client's connection
+        try:
+            call = make_call()
+            call()  # warm this client's connection
+        except BaseException:
+            barrier.abort()  # fail the run instead of leaving the others waiting forever
+            raise
         barrier.wait()
         for _ in range(per_client):
             call()
@@ -145,7 +157,23 @@ class Server:
         self.log.close()
 
 
-def rest_invocations(url: str, jpeg: bytes) -> Callable[[], Callable[[], object]]:
+def parse_rest(content: bytes) -> dict[str, np.ndarray]:
+    """A REST client's work on a TF Serving row-format answer: every output as a numpy array."""
+    import orjson
+
+    predictions = orjson.loads(content)["predictions"]
+    if predictions and isinstance(predictions[0], dict):  # several outputs: one object per row
+        return {k: np.asarray([row[k] for row in predictions]) for k in predictions[0]}
+    return {"": np.asarray(predictions, dtype=np.float32)}
+
+
+def parse_grpc(response) -> dict[str, np.ndarray]:
+    import tensorflow as tf
+
+    return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+
+
+def rest_invocations(url: str, jpeg: bytes, parse: bool = True) -> Callable[[], Callable[[], object]]:
     def make():
         import requests
 
@@ -154,14 +182,14 @@ def rest_invocations(url: str, jpeg: bytes) -> Callable[[], Callable[[], object]
         def call():
             r = session.post(f"{url}/invocations", data=jpeg, headers={"Content-Type": "application/x-image"})
             r.raise_for_status()
-            return r.content
+            return parse_rest(r.content) if parse else r.content
 
         return call
 
     return make
 
 
-def rest_predict(url: str, jpeg: bytes) -> Callable[[], Callable[[], object]]:
+def rest_predict(url: str, jpeg: bytes, parse: bool = True) -> Callable[[], Callable[[], object]]:
     body = json.dumps({"instances": [{"b64": base64.b64encode(jpeg).decode()}]})
 
     def make():
@@ -172,14 +200,14 @@ def rest_predict(url: str, jpeg: bytes) -> Callable[[], Callable[[], object]]:
         def call():
             r = session.post(f"{url}/v1/models/model:predict", data=body)
             r.raise_for_status()
-            return r.json()
+            return parse_rest(r.content) if parse else r.content
 
         return call
 
     return make
 
 
-def grpc_predict(port: int, jpeg: bytes) -> Callable[[], Callable[[], object]]:
+def grpc_predict(port: int, jpeg: bytes, parse: bool = True) -> Callable[[], Callable[[], object]]:
     def make():
         import grpc
         import tensorflow as tf
@@ -194,11 +222,34 @@ def grpc_predict(port: int, jpeg: bytes) -> Callable[[], Callable[[], object]]:
         request.inputs["image_bytes"].CopyFrom(tf.make_tensor_proto([jpeg]))
 
         def call():
-            return stub.Predict(request, 60)
+            response = stub.Predict(request, 60)
+            return parse_grpc(response) if parse else response
 
         return call
 
     return make
+
+
+def encode_times(outputs: dict, sig, reps: int) -> dict[str, float]:
+    """Median ms to encode one response as the server's JSON, the old way and the current way."""
+    from tfbatch.runtime import jsonenc
+    from tfbatch.tfs.codec import encode_predict
+
+    def old():
+        return json.dumps(encode_predict(outputs, "row", sig), separators=(",", ":")).encode()
+
+    def new():
+        return jsonenc.dumps(encode_predict(outputs, "row", sig, native=True))
+
+    def f32(arrays):  # JSON numbers come back as float64: compare as the float32 they encode
+        return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in arrays.items()}
+
+    body = new()
+    a, b = f32(parse_rest(old())), f32(parse_rest(body))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # same values either way
+    return {"encode_tolist_json_ms": float(np.median(timed(old, reps, 1))) * 1000,
+            "encode_orjson_ms": float(np.median(timed(new, reps, 1))) * 1000,
+            "response_json_bytes": len(body)}
 
 
 def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
@@ -215,29 +266,36 @@ def bench_model(name: str, args: argparse.Namespace, workdir: Path) -> dict:
     batch = {"image_bytes": np.array([jpeg] * args.concurrency, dtype=object)}
     per_batch = timed(lambda: bare.run(batch), max(3, args.n // 10), 1)
     result["bare_batched_rps"] = args.concurrency / float(np.median(per_batch))
+    servable = bare.resolve("model", None)
+    result.update(encode_times(outputs, servable.signatures[servable.default_signature], max(3, args.n // 20)))
     bare.close()
 
     env = {"SAGEMAKER_TFS_ENABLE_BATCHING": "true", "SAGEMAKER_TFS_MAX_BATCH_SIZE": str(args.concurrency),
            "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": str(args.batch_timeout_micros)} if args.batching else {}
-    server = Server(model_dir, workdir, args.server_flag or [], env)
+    # Every client's call in flight at once must be admitted, not refused as over the gRPC cap.
+    flags = ["--grpc-max-concurrent-rpcs", str(2 * args.concurrency), *(args.server_flag or [])]
+    server = Server(model_dir, workdir, flags, env)
     try:
         clients = {
-            "rest_invocations": rest_invocations(server.url, jpeg),
-            "rest_predict_b64": rest_predict(server.url, jpeg),
-            "grpc_predict": grpc_predict(server.grpc_port, jpeg),
+            "rest_invocations": (rest_invocations, server.url, parse_rest),
+            "rest_predict_b64": (rest_predict, server.url, parse_rest),
+            "grpc_predict": (grpc_predict, server.grpc_port, parse_grpc),
         }
-        for label, make in clients.items():
-            call = make()
-            entry = stats(timed(call, args.n, args.warmup))
+        for label, (client, where, parse) in clients.items():
+            entry = stats(timed(client(where, jpeg)(), args.n, args.warmup))
             entry["overhead_p50_ms"] = entry["p50"] - result["bare"]["p50"]
+            received = client(where, jpeg, parse=False)()()
+            entry["client_parse_ms"] = float(np.median(timed(lambda: parse(received), 10, 1))) * 1000
             if label != "rest_predict_b64":
-                rps = concurrent(make, args.concurrency, args.per_client)
+                rps = concurrent(client(where, jpeg, parse=False), args.concurrency, args.per_client)
                 entry["concurrent_rps"] = rps
                 entry["vs_bare_batched"] = rps / result["bare_batched_rps"]
             result[label] = entry
     finally:
         server.stop()
-    result["rest_over_grpc_p50"] = result["rest_invocations"]["p50"] / result["grpc_predict"]["p50"]
+    rest, grpc_ = result["rest_invocations"], result["grpc_predict"]
+    result["rest_over_grpc_p50"] = rest["p50"] / grpc_["p50"]
+    result["rest_over_grpc_p50_unparsed"] = (rest["p50"] - rest["client_parse_ms"]) / (grpc_["p50"] - grpc_["client_parse_ms"])
     return result
 
 
@@ -245,8 +303,9 @@ def markdown(results: list[dict], command: str) -> str:
     lines = [
         "# Endpoint latency (tfbatch serve)", "", f"Command: `{command}`", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}", "",
-        "| model | path | P50 ms | P90 | P95 | P99 | avg | overhead P50 ms | concurrent req/s | vs bare batched |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Sequential calls include the client's parse into a numpy array (client parse ms: that step alone).", "",
+        "| model | path | P50 ms | P90 | P95 | P99 | avg | overhead P50 ms | client parse ms | concurrent req/s | vs bare batched |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         for path in ("bare", "rest_invocations", "rest_predict_b64", "grpc_predict"):
@@ -255,10 +314,18 @@ def markdown(results: list[dict], command: str) -> str:
                 f"{r['bare_batched_rps']:.1f} (batched)" if path == "bare" else "")
             ratio = f"{e['vs_bare_batched']:.2f}" if "vs_bare_batched" in e else ""
             over = f"{e['overhead_p50_ms']:.2f}" if "overhead_p50_ms" in e else ""
+            parse = f"{e['client_parse_ms']:.2f}" if "client_parse_ms" in e else ""
             lines.append(f"| {r['model']} | {path} | {e['p50']:.2f} | {e['p90']:.2f} | {e['p95']:.2f} | "
-                         f"{e['p99']:.2f} | {e['avg']:.2f} | {over} | {conc} | {ratio} |")
+                         f"{e['p99']:.2f} | {e['avg']:.2f} | {over} | {parse} | {conc} | {ratio} |")
     lines += ["", "Response tensor bytes: " + ", ".join(f"{r['model']} {r['response_tensor_bytes']:,}" for r in results),
-              "REST /invocations P50 over gRPC P50: " + ", ".join(f"{r['model']} {r['rest_over_grpc_p50']:.2f}x" for r in results),
+              "Response JSON bytes: " + ", ".join(f"{r['model']} {r['response_json_bytes']:,}" for r in results),
+              "REST /invocations P50 over gRPC P50 (both parsed): "
+              + ", ".join(f"{r['model']} {r['rest_over_grpc_p50']:.2f}x" for r in results),
+              "Same, without the client parse (P50 - parse): "
+              + ", ".join(f"{r['model']} {r['rest_over_grpc_p50_unparsed']:.2f}x" for r in results),
+              "Server JSON encoding of one response, tolist+json.dumps -> orjson over numpy (ms): "
+              + ", ".join(f"{r['model']} {r['encode_tolist_json_ms']:.1f} -> {r['encode_orjson_ms']:.1f} "
+                          f"({r['encode_tolist_json_ms'] / r['encode_orjson_ms']:.1f}x)" for r in results),
               ""]
     return "\n".join(lines)
 
@@ -277,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--server-flag", action="append", help="extra flag for tfbatch serve (repeatable)")
     p.add_argument("--workdir", type=Path, help="where models are built (default: a temp dir)")
     p.add_argument("--out", type=Path, help="folder for latency.json and latency.md")
+    p.add_argument("--note", help="a line for the report (e.g. how busy the machine was)")
     args = p.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tfbatch-latency-"))
@@ -284,10 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     results = [bench_model(name, args, workdir) for name in args.models]
     command = "python -m benchmarks.latency.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     report = markdown(results, command)
+    if args.note:
+        report += f"\nNote: {args.note}\n"
     print(report)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "latency.json").write_text(json.dumps({"command": command, "results": results}, indent=2))
+        (args.out / "latency.json").write_text(json.dumps({"command": command, "note": args.note, "results": results}, indent=2))
         (args.out / "latency.md").write_text(report)
     return 0
 

@@ -50,6 +50,7 @@ def build_stack(
     workdir: str | None = None,
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    loopback_token: str | None = None,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
@@ -76,7 +77,9 @@ def build_stack(
         if handlers is not None and loopback:
             from tfbatch.tfs.loopback import LoopbackEndpoints
 
-            endpoints = LoopbackEndpoints(model_server, grpc_max_message_bytes=grpc_max_message_bytes).start()
+            endpoints = LoopbackEndpoints(
+                model_server, grpc_max_message_bytes=grpc_max_message_bytes, token=loopback_token
+            ).start()
         service = InferenceService(
             model_server,
             handlers,

@@ -15,7 +15,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grpc-port", type=int, help="TF Serving gRPC port (default 9000; 0 = any free; -1 = off)")
     p.add_argument("--workers", type=int, help="worker processes sharing the ports (default 1)")
     p.add_argument("--auth-token", help="require 'Authorization: Bearer TOKEN' on every route but /ping, every "
-                   "gRPC call but health (default TFBATCH_AUTH_TOKEN; visible in ps: prefer --auth-token-file)")
+                   "gRPC call but health, and on the loopback TFS endpoints from any process but this job's own "
+                   "(default TFBATCH_AUTH_TOKEN; visible in ps: prefer --auth-token-file)")
     p.add_argument("--auth-token-file", help="read the token from this file (default TFBATCH_AUTH_TOKEN_FILE)")
     p.add_argument("--insecure", action="store_true", default=None,
                    help="accept serving a non-loopback address without a token, without the warning")

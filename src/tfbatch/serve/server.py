@@ -9,8 +9,10 @@ requests (up to ``graceful_timeout_s``), then gRPC drains with the same grace, t
 the kernel spreads connections over them. Processes rather than uvicorn's own ``workers=``
 because each must load models and start its own gRPC server, and because TensorFlow must
 never be forked. Handler scripts get ``context.rest_uri``/``grpc_port`` pointing at a
-per-worker loopback TFS endpoint (unauthenticated, 127.0.0.1): a script's sub-request then
-never waits behind bearer auth or behind the ``/invocations`` threads that issued it.
+per-worker loopback TFS endpoint (127.0.0.1): a script's sub-request then never waits behind
+the ``/invocations`` threads that issued it. That endpoint answers the worker's own processes
+without credentials (unchanged scripts send none) and anyone else only with the endpoint's
+token (tfbatch.tfs.loopback_auth).
 """
 
 from __future__ import annotations
@@ -66,11 +68,11 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthService
     from tfbatch.tfs.grpc_service import start_grpc_server
 
-    # Handler scripts reach the models through the stack's own loopback endpoints (no token,
-    # never blocked behind the /invocations calls that made them), not the public ports.
+    # Handler scripts reach the models through the stack's own loopback endpoints (never
+    # blocked behind the /invocations calls that made them), not the public ports.
     stack = build_stack(
         model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
-        grpc_max_message_bytes=settings.grpc_max_message_bytes,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
     )
     model_server, service = stack.model_server, stack.service  # warmed up by build_stack, before anything listens
 
@@ -99,6 +101,8 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     port = sock.getsockname()[1]
     info = {"host": settings.host, "port": port, "grpc_port": grpc_port, "pid": os.getpid(),
             "models": {n: model_server.versions(n) for n in model_server.model_names()}}
+    if stack.endpoints is not None:
+        info["loopback"] = {"rest_port": stack.endpoints.rest_port, "grpc_port": stack.endpoints.grpc_port}
 
     def started() -> None:
         log.info("tfbatch serve: http://%s:%s (gRPC port %s), models %s", settings.host, port, grpc_port, info["models"])

@@ -3,11 +3,15 @@
 A SageMaker ``handler`` script POSTs to ``context.rest_uri`` or builds a stub on
 ``context.grpc_port``; inside a batch job there is no TFS process, so these endpoints stand
 in for it, backed by the job's own ModelServer (and therefore its batcher).
+
+They answer only the job's own processes or a caller with the token
+(:mod:`~tfbatch.tfs.loopback_auth`): a port on 127.0.0.1 is reachable by every local process.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -16,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from tfbatch.tfs.grpc_service import DEFAULT_MAX_MESSAGE_BYTES, start_grpc_server
+from tfbatch.tfs.loopback_auth import LoopbackAuthInterceptor, LoopbackAuthMiddleware, LoopbackGuard
 from tfbatch.tfs.rest import tfs_app
 
 log = logging.getLogger(__name__)
@@ -72,7 +77,11 @@ class UvicornThread:
 
 
 class LoopbackEndpoints:
-    """TFS REST + gRPC endpoints on 127.0.0.1 ephemeral ports, backed by ``model_server``."""
+    """TFS REST + gRPC endpoints on 127.0.0.1 ephemeral ports, backed by ``model_server``.
+
+    ``token`` is the endpoint's own (``tfbatch serve --auth-token``), so one token opens every
+    door; without one a random token is made, which in practice leaves only the job's processes.
+    """
 
     def __init__(
         self,
@@ -81,8 +90,11 @@ class LoopbackEndpoints:
         host: str = "127.0.0.1",
         grpc_max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         grpc_workers: int = 16,
+        token: str | None = None,
     ):
         self.model_server = model_server
+        self.token = token or secrets.token_urlsafe(32)
+        self.guard = LoopbackGuard(self.token)
         self.host = host
         self.grpc_max_message_bytes = grpc_max_message_bytes
         self.grpc_workers = grpc_workers
@@ -94,7 +106,10 @@ class LoopbackEndpoints:
     def start(self) -> "LoopbackEndpoints":
         sock = bind_socket(self.host, 0)
         self.rest_port = sock.getsockname()[1]
-        self._rest = UvicornThread(tfs_app(self.model_server), sock, name="tfbatch-loopback-rest")
+        if not self.guard.peers.supported:
+            log.warning("cannot tell this job's processes from others here: loopback TFS callers need the token")
+        app = LoopbackAuthMiddleware(tfs_app(self.model_server), self.guard)
+        self._rest = UvicornThread(app, sock, name="tfbatch-loopback-rest")
         self._rest.start()
         try:
             self._grpc, self.grpc_port = start_grpc_server(
@@ -103,12 +118,16 @@ class LoopbackEndpoints:
                 port=0,
                 max_message_bytes=self.grpc_max_message_bytes,
                 max_workers=self.grpc_workers,
+                interceptors=[LoopbackAuthInterceptor(self.guard, self._grpc_address)],
             )
         except BaseException:
             self._rest.stop()
             raise
         log.info("loopback TFS endpoints: REST %s:%s, gRPC %s:%s", self.host, self.rest_port, self.host, self.grpc_port)
         return self
+
+    def _grpc_address(self) -> tuple[str, int] | None:
+        return None if self.grpc_port is None else (self.host, self.grpc_port)
 
     @property
     def rest_url(self) -> str:
