@@ -22,6 +22,7 @@ def cluster():
         cluster.stop()
 
 
+@pytest.mark.ray  # its own cluster: on the Ray tests' worker, so two clusters never run at once
 def test_two_ray_train_workers_train_and_export(cluster, tmp_path):
     data = tmp_path / "digits"
     write_digits(data)
