@@ -19,7 +19,7 @@ case "${1:-}" in
     # can only see a TensorFlow import in a process no other tier's test has imported it into.
     status=0
     "${pytest[@]}" tests/unit || status=$?
-    "${pytest[@]}" --ignore=tests/unit || status=$?
+    "${pytest[@]}" --ignore=tests/unit --durations=25 || status=$?
     exit "$status"
     ;;
 esac

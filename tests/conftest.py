@@ -10,6 +10,10 @@ expensive, machine-wide resource with others says so and is sent to one worker w
   cluster of its own, is marked ``@pytest.mark.ray``. Either puts it in xdist group "ray", so
   every Ray test runs on one worker, one after the other, beside one cluster at a time.
 - ``@pytest.mark.xdist_group("name")`` does the same for any other resource.
+- a test that takes a module-, class- or package-scoped fixture runs on one worker with the
+  rest of its module, so that fixture is set up once, not once per worker (done here).
+Session fixtures are set up once per worker that needs them; keep them cheap, or cache what
+they build on disk.
 """
 
 from __future__ import annotations
@@ -30,14 +34,30 @@ GROUPED_FIXTURES = {"ray_cluster": "ray"}
 GROUPED_MARKERS = {"ray": "ray"}
 
 
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The one group ``item`` belongs to (xdist would join several names into a new group)."""
+    if item.get_closest_marker("xdist_group"):
+        return None  # named by the test itself
+    names = getattr(item, "fixturenames", ())
+    for fixture, group in GROUPED_FIXTURES.items():
+        if fixture in names:
+            return group
+    for marker, group in GROUPED_MARKERS.items():
+        if item.get_closest_marker(marker):
+            return group
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        if defs and defs[-1].scope in ("module", "class", "package"):
+            return f"module:{item.nodeid.split('::', 1)[0]}"
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # tryfirst: xdist's own hook reads the xdist_group marks added here on each worker.
+    # tryfirst: xdist's own hook, which reads these marks on each worker, runs after this one.
     for item in items:
-        names = getattr(item, "fixturenames", ())
-        groups = {group for fixture, group in GROUPED_FIXTURES.items() if fixture in names}
-        groups |= {group for marker, group in GROUPED_MARKERS.items() if item.get_closest_marker(marker)}
-        for group in sorted(groups):
+        group = _xdist_group(item)
+        if group:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
