@@ -21,10 +21,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tfbatch.testing.s3_server import S3Server
+
+if TYPE_CHECKING:
+    from tfbatch.testing.ray_cluster import LocalRayCluster
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -52,13 +56,55 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+def _tag_with_group(item: pytest.Item) -> None:
+    """Append ``@group`` to the node id, which is how a worker tells xdist's loadgroup scheduler.
+
+    xdist 3.8 does this by writing ``item._nodeid``, which pytest 9.2 no longer reads (its
+    node ids are structured: pytest-xdist issue #1386), so every test would be scheduled
+    alone. Where the structured id exists it is set here; on older pytest xdist does it.
+    """
+    if not hasattr(item, "_id"):
+        return
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # tryfirst: xdist's own hook, which reads these marks on each worker, runs after this one.
+    loadgroup = getattr(config.option, "loadgroup", False)  # set on xdist workers only
+    rank = {}
     for item in items:
         group = _xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+        if loadgroup:
+            _tag_with_group(item)
+        rank[id(item)] = 0 if group == "ray" else 1 if item.get_closest_marker("slow") else 2
+    # The longest chains first (pyproject turns xdist's reorder-by-size off): the Ray group is
+    # minutes of one worker's time, and the other worker should not wait for it at the end.
+    items.sort(key=lambda item: rank[id(item)])
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LocalRayCluster]:
+    """A real two-node Ray cluster (head + one extra node, one CPU each), always stopped.
+
+    Every test that takes it runs on the same xdist worker (group "ray"), so one cluster
+    serves them all; each test connects its own driver and disconnects before the next.
+    """
+    from tfbatch.testing.ray_cluster import LocalRayCluster
+
+    cluster = LocalRayCluster(nodes=2, num_cpus=1)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")
