@@ -1,4 +1,4 @@
-"""A real two-node Ray cluster (head + one extra node) for the whole session, always stopped."""
+"""Ray engine fixtures; the session's two-node Ray cluster (``ray_cluster``) is in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,17 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tfbatch.testing.ray_cluster import LocalRayCluster
-
-
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[LocalRayCluster]:
-    cluster = LocalRayCluster(nodes=2, num_cpus=1)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(autouse=True)
