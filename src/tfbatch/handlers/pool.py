@@ -45,6 +45,7 @@ class _Slot:
         self.proc = None
         self.conn = None
         self.closing = False
+        self.busy = False
         self.thread = threading.Thread(target=self._loop, name=f"handler-pool-{index}", daemon=True)
 
     def submit(self, step: str, items: list, future: Future, generation: int | None) -> None:
@@ -107,14 +108,17 @@ class _Slot:
                 if not taken:
                     continue
             try:
+                self.busy = True
                 self.conn.send([(step, items) for step, items, _, _ in taken])
                 results = self.conn.recv()
             except (EOFError, OSError):
+                self.busy = False
                 code = self._reap()
                 self.pool.restarts += 1
                 _settle(taken, None, self.index, generation,
                         f"handler worker process exited (exit code {code}) while running this record")
                 continue
+            self.busy = False
             self.pool.hops += 1
             _settle(taken, results, self.index, generation, "")
 
@@ -140,6 +144,11 @@ class _Slot:
         with self.cond:
             self.closing = True
             self.cond.notify()
+        proc = self.proc
+        if self.busy and proc is not None:
+            # Still running a hop the job gave up on (a stuck hook, past its timeout): the
+            # job does not wait for it, as it does not wait for a stuck invocation thread.
+            proc.terminate()
         self.thread.join(30)
         if self.conn is not None:
             try:

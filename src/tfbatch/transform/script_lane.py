@@ -39,6 +39,10 @@ def script_lane_blocker(spec: Any, service: Any) -> str | None:
     """Why this job cannot take the script lane (None: it can)."""
     if getattr(service, "pool", None) is None:
         return "no handler worker pool (--handler-workers 0, or no script)"
+    if service.handlers.mode != "pair":
+        # handler() calls context.rest_uri itself: the model call is an HTTP request back
+        # into this process, so there is nothing to batch; it runs per object, in the pool.
+        return "the script defines handler(), not the input_handler/output_handler pair"
     if spec.split_type != "None" or spec.batch_strategy != "SingleRecord" or spec.compression != "None":
         return "records are split, batched or compressed"
     if spec.input_filter or spec.output_filter or spec.join_source != "None":
