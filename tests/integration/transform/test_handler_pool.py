@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +22,7 @@ import pytest
 from PIL import Image
 
 from benchmarks.common.models import INFERENCE_SCRIPT
+from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
 from tfbatch.artifact import package
 from tfbatch.testing.models import make_image_bytes_model
@@ -26,6 +32,7 @@ from tfbatch.testing.models import make_image_bytes_model
 SCRIPT = INFERENCE_SCRIPT + '''
 
 import os
+import time
 from pathlib import Path
 
 _plain_input = input_handler
@@ -40,6 +47,14 @@ def input_handler(data, context):
         if os.environ.get("KILL_ONCE"):
             Path(trigger).unlink()
         os._exit(7)
+    stall = os.environ.get("STALL_DIR")
+    if body.endswith(b"STALL") and stall:
+        # Held until the test lets go (at most a minute, so nothing outlives the session).
+        Path(stall, "reached").touch()
+        for _ in range(1200):
+            if Path(stall, "release").exists():
+                break
+            time.sleep(0.05)
     import io
     return _plain_input(io.BytesIO(body), context)
 '''
@@ -144,3 +159,36 @@ def test_a_record_that_always_kills_its_worker_is_left_for_resume(tmp_path, arch
     assert (second.succeeded, second.skipped) == (1, 39)
     clean = _run(archive, inp, tmp_path / "clean", 0, env={"KILL_TRIGGER": str(trigger)})
     assert clean.ok and _outputs(out) == _outputs(tmp_path / "clean")
+
+
+def test_sigkill_of_a_scripted_job_resumes_byte_identical(tmp_path, archive):
+    inp = _inputs(tmp_path / "in", {29: b"STALL"}, count=32)
+    stall = tmp_path / "stall"
+    stall.mkdir()
+    killed = tmp_path / "killed"
+    args = ["--model", str(archive), "--input", str(inp), "--content-type", "application/x-image",
+            "--max-batch-size", "1", "--handler-workers", "2", "--progress", "off"]
+    # Groups of 8 and no timed commits: outputs exist beyond the last journal record at the kill.
+    env = {**os.environ, "STALL_DIR": str(stall), "TFBATCH_LEDGER_GROUP": "8", "TFBATCH_LEDGER_INTERVAL_S": "600"}
+    proc = subprocess.Popen([sys.executable, "-m", "tfbatch", "transform", *args, "--output", str(killed)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its own group: the handler workers die with it
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        # The event: the hook holds img-029, and a group was committed.
+        if (stall / "reached").exists() and len(done_keys(killed)) >= 8:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert "img-029.png" not in done_keys(killed)
+    (stall / "release").touch()
+    resumed = subprocess.run([sys.executable, "-m", "tfbatch", "transform", *args, "--output", str(killed)],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done, skipped" in resumed.stdout, resumed.stdout
+    reference = tmp_path / "reference"
+    assert _run(archive, inp, reference, 0, env={"STALL_DIR": str(stall)}).ok
+    assert _outputs(killed) == _outputs(reference) and len(_outputs(reference)) == 32
+    assert not [p for p in killed.rglob("*") if p.name.endswith(".tmp")]
