@@ -53,10 +53,14 @@ def analyse(path: str, rate: float, images: int) -> dict:
             continue
         stack, _, count = line.rpartition(" ")
         frames = stack.split(";")
-        process = frames[0]
-        role = "handler workers" if "multiprocessing" in process or "spawn_main" in process else "main process"
+        # --subprocesses nests a child's frames under its parent's: "process A;process B;thread..."
+        depth = 0
+        while depth + 1 < len(frames) and frames[depth + 1].startswith("process "):
+            depth += 1
+        process = frames[depth]
+        role = "handler workers" if "spawn_main" in process else "main process"
         pids[role].add(process.split(":", 1)[0])
-        by_role[role][phase_of(frames[2:])] += int(count)
+        by_role[role][phase_of(frames[depth + 2:])] += int(count)
     out: dict = {"file": path, "rate_hz": rate, "images": images, "gil_ms_per_image": {}, "processes": {}}
     for role, phases in by_role.items():
         total = sum(phases.values())

@@ -147,8 +147,9 @@ class InstanceRunner:
             if reason is not None:
                 log.debug("per-object path (handler pool): %s", reason)
                 return None
+            # One batch in the model while each worker process holds another.
             return ScriptLane(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
-                              threads=2)
+                              threads=self.pool.size + 1)
         reason = lane_blocker(self.spec, self.stack.service)
         if reason is not None:
             log.debug("per-object path: %s", reason)
