@@ -97,10 +97,11 @@ class InstanceRunner:
         return self
 
     def handler_workers(self) -> int:
-        """--handler-workers, else one process per core (0: the hooks run in this process)."""
+        """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
         if self.spec.handler_workers is not None:
             return self.spec.handler_workers
-        return max(1, os.cpu_count() or 1)
+        # Local instances share one machine: N instances x all cores would oversubscribe it.
+        return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
 
     def close(self) -> None:
         if self.invoker is not None:
