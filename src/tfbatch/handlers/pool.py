@@ -2,8 +2,8 @@
 
 ``code/inference.py`` hooks are Python that holds the GIL for every record (base64, JSON,
 PIL...). Run in the process that also reads objects and feeds TensorFlow, they cap a job at
-one core. The pool keeps ``size`` spawned processes (:mod:`tfbatch.handlers.pool_worker`),
-each with the script imported, and one dispatcher thread per process that ships *hops*:
+one core. The pool keeps ``size`` child processes (``python -m tfbatch.handlers.pool_worker``,
+started fresh, never forked), each with the script imported, and one dispatcher thread per process that ships *hops*:
 every job queued for that process when it becomes free goes in one pickled message, so a
 batch of records costs one round trip, and requests submitted one by one from many threads
 coalesce the same way.
@@ -19,10 +19,13 @@ if that process was replaced in between, the record is LOST too.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
+import socket
+import subprocess
+import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
+from multiprocessing.connection import Connection
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -55,24 +58,31 @@ class _Slot:
             self.cond.notify()
 
     def _start(self) -> bool:
-        ctx = mp.get_context("spawn")  # never fork a process that runs TensorFlow threads
-        parent, child = ctx.Pipe()
-        from tfbatch.handlers.pool_worker import main
-
-        proc = ctx.Process(target=main, args=(child,), name=f"tfbatch-handler-{self.index}", daemon=True)
-        proc.start()
-        child.close()
+        # A plain child process (not multiprocessing.Process): a local engine's instance is a
+        # daemonic process, which multiprocessing forbids to have children; and never a fork of
+        # a process that runs TensorFlow threads. The socket is the pipe both ways.
+        parent, child = socket.socketpair()
         try:
-            parent.send(("init", self.pool.init))
-            kind, detail = parent.recv()
+            proc = subprocess.Popen([sys.executable, "-m", "tfbatch.handlers.pool_worker", str(child.fileno())],
+                                    pass_fds=(child.fileno(),))
+        except OSError as exc:
+            log.error("handler worker %d could not start: %s", self.index, exc)
+            parent.close()
+            return False
+        finally:
+            child.close()
+        conn = Connection(parent.detach())
+        try:
+            conn.send(("init", self.pool.init))
+            kind, detail = conn.recv()
         except (EOFError, OSError) as exc:
-            kind, detail = "failed", f"exited at start ({exc or proc.exitcode})"
+            kind, detail = "failed", f"exited at start ({exc or proc.poll()})"
         if kind != "ready":
             log.error("handler worker %d could not start: %s", self.index, detail)
-            parent.close()
-            proc.join(5)
+            conn.close()
+            _end(proc)
             return False
-        self.proc, self.conn = proc, parent
+        self.proc, self.conn = proc, conn
         self.generation += 1
         return True
 
@@ -96,38 +106,50 @@ class _Slot:
             taken = self._take()
             if taken is None:
                 return
-            if self.conn is None and not self._replace():
-                _settle(taken, None, self.index, self.generation, "handler worker process could not start")
-                continue
-            generation = self.generation
-            stale = [job for job in taken if job[3] is not None and job[3] != generation]
-            if stale:
-                _settle(stale, None, self.index, generation,
-                        "handler worker process was replaced while running this record")
-                taken = [job for job in taken if job not in stale]
-                if not taken:
-                    continue
             try:
-                self.busy = True
-                self.conn.send([(step, items) for step, items, _, _ in taken])
-                results = self.conn.recv()
-            except (EOFError, OSError):
+                self._hop(taken)
+            except Exception as exc:  # noqa: BLE001 - this thread must outlive any one hop
+                log.exception("handler worker %d: hop failed", self.index)
                 self.busy = False
-                code = self._reap()
-                self.pool.restarts += 1
-                _settle(taken, None, self.index, generation,
-                        f"handler worker process exited (exit code {code}) while running this record")
-                continue
+                _settle(taken, None, self.index, self.generation,
+                        f"handler pool failed: {type(exc).__name__}: {exc}")
+
+    def _hop(self, taken: list) -> None:
+        if self.conn is None and not self._replace():
+            _settle(taken, None, self.index, self.generation, "handler worker process could not start")
+            return
+        generation = self.generation
+        stale = [job for job in taken if job[3] is not None and job[3] != generation]
+        if stale:
+            _settle(stale, None, self.index, generation,
+                    "handler worker process was replaced while running this record")
+            taken = [job for job in taken if job not in stale]
+            if not taken:
+                return
+        try:
+            self.busy = True
+            self.conn.send([(step, items) for step, items, _, _ in taken])
+            results = self.conn.recv()
+        except (EOFError, OSError):
             self.busy = False
-            self.pool.hops += 1
-            _settle(taken, results, self.index, generation, "")
+            code = self._reap()
+            self.pool.restarts += 1
+            _settle(taken, None, self.index, generation,
+                    f"handler worker process exited (exit code {code}) while running this record")
+            return
+        self.busy = False
+        self.pool.hops += 1
+        _settle(taken, results, self.index, generation, "")
 
     def _replace(self) -> bool:
         for _ in range(MAX_FAILED_STARTS):
             if self.closing:
                 return False
-            if self._start():
-                return True
+            try:
+                if self._start():
+                    return True
+            except Exception:  # noqa: BLE001 - counted as a failed start
+                log.exception("handler worker %d could not start", self.index)
         return False
 
     def _reap(self):
@@ -137,8 +159,7 @@ class _Slot:
             self.conn = None
         if proc is None:
             return None
-        proc.join(5)
-        return proc.exitcode
+        return _end(proc)
 
     def stop(self) -> None:
         with self.cond:
@@ -155,17 +176,27 @@ class _Slot:
                 self.conn.send(None)
             except OSError:
                 pass
-        if self.proc is not None:
-            self.proc.join(5)
-            if self.proc.is_alive():
-                self.proc.terminate()
-                self.proc.join(5)
         self._reap()
+
+
+def _end(proc: subprocess.Popen, grace_s: float = 5.0):
+    """The exit code of ``proc``, terminating it if it does not exit within ``grace_s``."""
+    try:
+        return proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            return proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
 
 
 def _settle(taken, results, index: int, generation: int, lost: str) -> None:
     """Resolve each job's Future with its per-record results, tagged with where they ran."""
     for n, (_, items, future, _) in enumerate(taken):
+        if future.done():
+            continue
         future.where = (index, generation)  # before the result: a waiter reads it at once
         future.set_result([(LOST, lost)] * len(items) if results is None else results[n])
 

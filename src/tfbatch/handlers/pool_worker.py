@@ -10,7 +10,7 @@ per record runs here, in as many processes as there are cores.
 Each step mirrors ``InferenceService.invoke`` / ``local_post`` line for line (the same helper
 functions), so a record's response and error text are the ones the in-process path gives.
 
-Wire format (pickled over a ``multiprocessing`` pipe):
+Wire format (pickled ``multiprocessing.connection`` messages over a socket pair):
 
 - request: ``(body, content_type, accept, custom_attributes, name, version, method, rest_port, grpc_port)``
 - ``input`` step result: ``("final", status, body, content_type)`` (handler mode, or the
@@ -169,3 +169,10 @@ def main(conn) -> None:
             return
         jobs = message
         conn.send([worker.run(step, items) for step, items in jobs])
+
+
+if __name__ == "__main__":
+    import sys
+    from multiprocessing.connection import Connection
+
+    main(Connection(int(sys.argv[1])))
