@@ -192,3 +192,14 @@ def test_sigkill_of_a_scripted_job_resumes_byte_identical(tmp_path, archive):
     assert _run(archive, inp, reference, 0, env={"STALL_DIR": str(stall)}).ok
     assert _outputs(killed) == _outputs(reference) and len(_outputs(reference)) == 32
     assert not [p for p in killed.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_local_instances_each_run_their_own_handler_workers(tmp_path, archive):
+    # A local engine's instances are daemonic processes: their handler workers must still start.
+    inp = _inputs(tmp_path / "in", {7: b"RAISE"}, count=24)
+    many = _run(archive, inp, tmp_path / "many", None, instance_count=2)
+    alone = _run(archive, inp, tmp_path / "alone", 0)
+    assert (many.succeeded, many.bad_input) == (alone.succeeded, alone.bad_input) == (23, 1)
+    assert _outputs(tmp_path / "many") == _outputs(tmp_path / "alone")
+    share = max(1, (os.cpu_count() or 1) // 2)  # the default: the cores divided by the instances
+    assert [s["handler_workers"] for s in many.batches.values()] == [share, share]
