@@ -108,18 +108,7 @@ class InferenceService:
         return name, version, method
 
     def _context(self, req: InvocationRequest, name: str, version: str | None, method: str) -> Context:
-        return Context(
-            model_name=name,
-            model_version=version,
-            method=method,
-            rest_uri=rest_uri(self.rest_port, name, version, method),
-            grpc_port=self.grpc_port,
-            channel=self.channel,
-            custom_attributes=req.custom_attributes,
-            request_content_type=req.content_type or "application/json",
-            accept_header=req.accept or "application/json",
-            content_length=len(req.body),
-        )
+        return make_context(req, name, version, method, self.rest_port, self.grpc_port, self.channel)
 
     @property
     def channel(self):
@@ -148,47 +137,17 @@ class InferenceService:
                 return self._invoke_default(req, name, version, method)
             ctx = self._context(req, name, version, method)
             if self.handlers.mode == "handler":
-                result = self._call_user("handler", self.handlers.handler, _Body(req.body), ctx)
+                result = call_user("handler", self.handlers.handler, _Body(req.body), ctx)
             else:
-                processed = self._call_user("input_handler", self.handlers.input_handler, _Body(req.body), ctx)
+                processed = call_user("input_handler", self.handlers.input_handler, _Body(req.body), ctx)
                 response = self.local_post(processed, ctx)
-                result = self._call_user("output_handler", self.handlers.output_handler, response, ctx)
-            return self._user_result(result)
+                result = call_user("output_handler", self.handlers.output_handler, response, ctx)
+            return user_result(result)
         except TfbatchError as err:
             return InvocationResponse.from_error(err)
         except Exception as exc:  # defensive: nothing escapes a request
             log.exception("invocation failed")
             return InvocationResponse.from_error(from_exception(exc))
-
-    @staticmethod
-    def _call_user(hook: str, fn, arg, ctx: Context):
-        try:
-            return fn(arg, ctx)
-        except TfbatchError:
-            raise
-        except Exception as exc:
-            if type(exc).__name__ == "DecompressionBombError":  # PIL's, under limit_pil's budget
-                raise InvalidInput(f"{hook}: image over the pixel budget: {exc}") from exc
-            # The container answers {"error": str(e)}; the log names the hook that broke.
-            log.info("%s raised %s: %s", hook, type(exc).__name__, exc)
-            raise HandlerError(str(exc)) from exc
-
-    @staticmethod
-    def _user_result(result: Any) -> InvocationResponse:
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise HandlerError(
-                f"handler must return a (body, content_type) tuple, got {type(result).__name__}"
-            )
-        body, content_type = result
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        elif body is None:
-            body = b""
-        elif not isinstance(body, (bytes, bytearray, memoryview)):
-            raise HandlerError(
-                f"handler must return the body as bytes or str, got {type(body).__name__}"
-            )
-        return InvocationResponse(status=200, body=bytes(body), content_type=str(content_type))
 
     def _invoke_default(self, req, name, version, method) -> InvocationResponse:
         if defaults.is_image(req.content_type):
@@ -213,24 +172,14 @@ class InferenceService:
     def local_post(self, data: Any, ctx: Context) -> requests.Response:
         """What ``requests.post(ctx.rest_uri, data=data)`` would return, without the HTTP hop."""
         try:
-            if isinstance(data, (bytes, bytearray, memoryview)):
-                data = bytes(data).decode("utf-8")
-            if isinstance(data, str):
-                try:
-                    data = jsonenc.loads(data)
-                except json.JSONDecodeError as exc:
-                    raise InvalidInput(f"input_handler returned a body that is not valid JSON: {exc}") from exc
-            if not isinstance(data, dict):
-                raise InvalidInput(
-                    f"input_handler must return a JSON object for the model, got {type(data).__name__}"
-                )
+            data = parse_handler_body(data)
             status, content = 200, jsonenc.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
         except TfbatchError as err:
             status, content = err.status, err.to_json()
-        return _make_response(status, content, ctx.rest_uri)
+        return make_response(status, content, ctx.rest_uri)
 
 
-def _make_response(status: int, content: bytes, url: str | None) -> requests.Response:
+def make_response(status: int, content: bytes, url: str | None) -> requests.Response:
     response = requests.Response()
     response.status_code = status
     response._content = content
@@ -240,3 +189,68 @@ def _make_response(status: int, content: bytes, url: str | None) -> requests.Res
     response.reason = requests.status_codes._codes.get(status, ("",))[0].upper().replace("_", " ")
     response.url = url or ""
     return response
+
+
+def make_context(req: InvocationRequest, name: str, version: str | None, method: str,
+                 rest_port: int | None, grpc_port: int | None, channel: Any) -> Context:
+    """The ``context`` a script sees; handler worker processes build it with this too."""
+    return Context(
+        model_name=name,
+        model_version=version,
+        method=method,
+        rest_uri=rest_uri(rest_port, name, version, method),
+        grpc_port=grpc_port,
+        channel=channel,
+        custom_attributes=req.custom_attributes,
+        request_content_type=req.content_type or "application/json",
+        accept_header=req.accept or "application/json",
+        content_length=len(req.body),
+    )
+
+
+def call_user(hook: str, fn, arg, ctx: Context):
+    """Run one user hook; what it raises becomes the error the SageMaker container reports."""
+    try:
+        return fn(arg, ctx)
+    except TfbatchError:
+        raise
+    except Exception as exc:
+        if type(exc).__name__ == "DecompressionBombError":  # PIL's, under limit_pil's budget
+            raise InvalidInput(f"{hook}: image over the pixel budget: {exc}") from exc
+        # The container answers {"error": str(e)}; the log names the hook that broke.
+        log.info("%s raised %s: %s", hook, type(exc).__name__, exc)
+        raise HandlerError(str(exc)) from exc
+
+
+def user_result(result: Any) -> InvocationResponse:
+    """A handler's ``(body, content_type)`` as a response, or HandlerError naming what is wrong."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise HandlerError(
+            f"handler must return a (body, content_type) tuple, got {type(result).__name__}"
+        )
+    body, content_type = result
+    if isinstance(body, str):
+        body = body.encode("utf-8")
+    elif body is None:
+        body = b""
+    elif not isinstance(body, (bytes, bytearray, memoryview)):
+        raise HandlerError(
+            f"handler must return the body as bytes or str, got {type(body).__name__}"
+        )
+    return InvocationResponse(status=200, body=bytes(body), content_type=str(content_type))
+
+
+def parse_handler_body(data: Any) -> dict:
+    """What ``input_handler`` returned, as the TFS request body it stands for (InvalidInput if not one)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data).decode("utf-8")
+    if isinstance(data, str):
+        try:
+            data = jsonenc.loads(data)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"input_handler returned a body that is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidInput(
+            f"input_handler must return a JSON object for the model, got {type(data).__name__}"
+        )
+    return data

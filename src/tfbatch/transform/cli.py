@@ -75,6 +75,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPUs each instance holds (local: its CUDA_VISIBLE_DEVICES share; ray: the actor's GPUs)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
+    p.add_argument("--handler-workers", type=int, metavar="N",
+                   help="processes per instance running code/inference.py's hooks (default: the cores divided "
+                        "by the instances; 0: in the instance's own process)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 
@@ -89,7 +92,7 @@ def spec_from_args(args: argparse.Namespace):
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
         "engine", "follow_symlinks", "kms_key_id", "precision", "gpus_per_instance",
-        "retry_failed", "max_error_rate", "wait_lock",
+        "retry_failed", "max_error_rate", "wait_lock", "handler_workers",
     ]
     for name in names:
         value = getattr(args, name, None)

@@ -52,6 +52,7 @@ class InstanceRunner:
         self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
+        self.pool = None  # handler worker processes, for a model with code/inference.py
         self.pipeline: ObjectPipeline | None = None
         self._saved_env: dict[str, str | None] = {}
         self.precision_options: dict[str, bool] = {}
@@ -76,8 +77,16 @@ class InstanceRunner:
             self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env,
             max_image_pixels=self.spec.max_image_pixels,
         )
+        service = self.stack.service
+        if service.handlers is not None and self.handler_workers() > 0:
+            # The script's hooks run in worker processes: this one only reads and feeds the model.
+            from tfbatch.handlers.pool import HandlerPool
+            from tfbatch.handlers.pooled import PooledService, pool_init
+
+            self.pool = HandlerPool(pool_init(service), self.handler_workers()).start()
+            service = PooledService(service, self.pool)
         self.invoker = Invoker(
-            self.stack.service,
+            service,
             concurrency=self.spec.concurrency,
             timeout_s=self.spec.invocations_timeout,
             max_retries=self.spec.invocations_max_retries,
@@ -87,9 +96,19 @@ class InstanceRunner:
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         return self
 
+    def handler_workers(self) -> int:
+        """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
+        if self.spec.handler_workers is not None:
+            return self.spec.handler_workers
+        # Local instances share one machine: N instances x all cores would oversubscribe it.
+        return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
+
     def close(self) -> None:
         if self.invoker is not None:
             self.invoker.close()
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
         if self.stack is not None:
             self.stack.close()
             self.stack = None
@@ -121,7 +140,17 @@ class InstanceRunner:
         """The batch lane when this job fits it (no script, one image per object), else None."""
         from tfbatch.transform.batched import BatchLane, lane_blocker
 
-        assert self.stack is not None, "call open() first"
+        assert self.stack is not None and self.invoker is not None, "call open() first"
+        if self.pool is not None:
+            from tfbatch.transform.script_lane import ScriptLane, script_lane_blocker
+
+            reason = script_lane_blocker(self.spec, self.invoker.service)
+            if reason is not None:
+                log.debug("per-object path (handler pool): %s", reason)
+                return None
+            # One batch in the model while each worker process holds another.
+            return ScriptLane(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
+                              threads=self.pool.size + 1)
         reason = lane_blocker(self.spec, self.stack.service)
         if reason is not None:
             log.debug("per-object path: %s", reason)
@@ -168,10 +197,12 @@ class InstanceRunner:
             if lane is not None:
                 lane.run(((ref, ref.key in with_errors) for ref in todo()),
                          lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
-                summary.batches = {lane.stats["name"]: {**lane.stats, "precision": self.spec.precision}}
+                name = lane.stats.get("name") or self._signature_name()
+                summary.batches = {name: {**lane.stats, "precision": self.spec.precision}}
             else:
                 self._run_objects(todo(), with_errors, finished)
-                summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision}
+                pool = {} if self.pool is None else self.pool.stats
+                summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision, **pool}
                                    for name, stats in self.stack.model_server.batcher_stats().items()}
         finally:
             self.ledger.close()  # the last group's commit
@@ -179,6 +210,10 @@ class InstanceRunner:
             summary.skipped += partition.skipped
         summary.seconds = time.monotonic() - started
         return summary
+
+    def _signature_name(self) -> str:
+        servable = self.stack.model_server.resolve(None)
+        return f"{servable.name}/{servable.version}/{servable.default_signature}"
 
     def _run_objects(self, refs: Iterable[ObjectRef], with_errors, finished: Emit) -> None:
         # Objects in flight: enough for every invocation slot to hold one single-payload object.

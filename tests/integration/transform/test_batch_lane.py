@@ -70,7 +70,9 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
     scripted = package([savedmodel], tmp_path / "pair.tar.gz", code_dir=_code(tmp_path, PAIR))
     common = dict(input=str(images), content_type="application/x-image", max_batch_size=4)
     lane = run_transform(model=str(savedmodel.parent), output=str(tmp_path / "lane"), **common)
-    per_request = run_transform(model=str(scripted), output=str(tmp_path / "pair"), **common)
+    # handler_workers=0: the script's hooks in this process, one request per object (the
+    # handler pool's own lane is compared with this path in test_handler_pool.py).
+    per_request = run_transform(model=str(scripted), output=str(tmp_path / "pair"), handler_workers=0, **common)
     assert lane.ok and per_request.ok
     stats = _lane_stats(lane)
     assert stats["lane"] == "batch" and _lane_stats(per_request)["lane"] == "per-object"

@@ -1,0 +1,243 @@
+"""Handler worker processes for batch jobs: user script code off the model-feeding process.
+
+``code/inference.py`` hooks are Python that holds the GIL for every record (base64, JSON,
+PIL...). Run in the process that also reads objects and feeds TensorFlow, they cap a job at
+one core. The pool keeps ``size`` child processes (``python -m tfbatch.handlers.pool_worker``,
+started fresh, never forked), each with the script imported, and one dispatcher thread per process that ships *hops*:
+every job queued for that process when it becomes free goes in one pickled message, so a
+batch of records costs one round trip, and requests submitted one by one from many threads
+coalesce the same way.
+
+A worker that dies mid-hop (the script calls ``os._exit``, segfaults, is killed) fails only
+the records of that hop, as :data:`LOST` results, and is replaced before the next hop. The
+caller turns LOST into a 503 (Unavailable), which a batch job retries and, failing that,
+leaves for a resumed run (docs/errors.md). An ``output`` step is sent to the process that ran
+the record's ``input`` step, as in the container, where one process sees a request through;
+if that process was replaced in between, the record is LOST too.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import sys
+import threading
+from collections import deque
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LOST = "lost"
+MAX_ITEMS_PER_HOP = 256
+MAX_FAILED_STARTS = 3  # in a row: the script cannot start in a child, every later hop is LOST
+
+
+class _Slot:
+    """One worker process, its pipe, its queue of jobs and the thread that ships them."""
+
+    def __init__(self, pool: "HandlerPool", index: int):
+        self.pool = pool
+        self.index = index
+        self.generation = 0  # bumped on every replacement; output steps check it
+        self.jobs: deque[tuple[str, list, Future, int | None]] = deque()
+        self.queued = 0
+        self.cond = threading.Condition()
+        self.proc = None
+        self.conn = None
+        self.closing = False
+        self.busy = False
+        self.thread = threading.Thread(target=self._loop, name=f"handler-pool-{index}", daemon=True)
+
+    def submit(self, step: str, items: list, future: Future, generation: int | None) -> None:
+        with self.cond:
+            self.jobs.append((step, items, future, generation))
+            self.queued += len(items)
+            self.cond.notify()
+
+    def _start(self) -> bool:
+        # A plain child process (not multiprocessing.Process): a local engine's instance is a
+        # daemonic process, which multiprocessing forbids to have children; and never a fork of
+        # a process that runs TensorFlow threads. The socket is the pipe both ways.
+        parent, child = socket.socketpair()
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "tfbatch.handlers.pool_worker", str(child.fileno())],
+                                    pass_fds=(child.fileno(),))
+        except OSError as exc:
+            log.error("handler worker %d could not start: %s", self.index, exc)
+            parent.close()
+            return False
+        finally:
+            child.close()
+        conn = Connection(parent.detach())
+        try:
+            conn.send(("init", self.pool.init))
+            kind, detail = conn.recv()
+        except (EOFError, OSError) as exc:
+            kind, detail = "failed", f"exited at start ({exc or proc.poll()})"
+        if kind != "ready":
+            log.error("handler worker %d could not start: %s", self.index, detail)
+            conn.close()
+            _end(proc)
+            return False
+        self.proc, self.conn = proc, conn
+        self.generation += 1
+        return True
+
+    def _take(self) -> list[tuple[str, list, Future, int | None]] | None:
+        with self.cond:
+            while not self.jobs and not self.closing:
+                self.cond.wait()
+            if not self.jobs:
+                return None
+            taken = [self.jobs.popleft()]
+            count = len(taken[0][1])
+            while self.jobs and count + len(self.jobs[0][1]) <= MAX_ITEMS_PER_HOP:
+                taken.append(self.jobs.popleft())
+                count += len(taken[-1][1])
+            self.queued -= count
+            return taken
+
+    def _loop(self) -> None:
+        self._replace()  # start the process now, while the parent is still busy elsewhere
+        while True:
+            taken = self._take()
+            if taken is None:
+                return
+            try:
+                self._hop(taken)
+            except Exception as exc:  # noqa: BLE001 - this thread must outlive any one hop
+                log.exception("handler worker %d: hop failed", self.index)
+                self.busy = False
+                _settle(taken, None, self.index, self.generation,
+                        f"handler pool failed: {type(exc).__name__}: {exc}")
+
+    def _hop(self, taken: list) -> None:
+        if self.conn is None and not self._replace():
+            _settle(taken, None, self.index, self.generation, "handler worker process could not start")
+            return
+        generation = self.generation
+        stale = [job for job in taken if job[3] is not None and job[3] != generation]
+        if stale:
+            _settle(stale, None, self.index, generation,
+                    "handler worker process was replaced while running this record")
+            taken = [job for job in taken if job not in stale]
+            if not taken:
+                return
+        try:
+            self.busy = True
+            self.conn.send([(step, items) for step, items, _, _ in taken])
+            results = self.conn.recv()
+        except (EOFError, OSError):
+            self.busy = False
+            code = self._reap()
+            self.pool.restarts += 1
+            _settle(taken, None, self.index, generation,
+                    f"handler worker process exited (exit code {code}) while running this record")
+            return
+        self.busy = False
+        self.pool.hops += 1
+        _settle(taken, results, self.index, generation, "")
+
+    def _replace(self) -> bool:
+        for _ in range(MAX_FAILED_STARTS):
+            if self.closing:
+                return False
+            try:
+                if self._start():
+                    return True
+            except Exception:  # noqa: BLE001 - counted as a failed start
+                log.exception("handler worker %d could not start", self.index)
+        return False
+
+    def _reap(self):
+        proc, self.proc = self.proc, None
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if proc is None:
+            return None
+        return _end(proc)
+
+    def stop(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify()
+        proc = self.proc
+        if self.busy and proc is not None:
+            # Still running a hop the job gave up on (a stuck hook, past its timeout): the
+            # job does not wait for it, as it does not wait for a stuck invocation thread.
+            proc.terminate()
+        self.thread.join(30)
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+        self._reap()
+
+
+def _end(proc: subprocess.Popen, grace_s: float = 5.0):
+    """The exit code of ``proc``, terminating it if it does not exit within ``grace_s``."""
+    try:
+        return proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            return proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+def _settle(taken, results, index: int, generation: int, lost: str) -> None:
+    """Resolve each job's Future with its per-record results, tagged with where they ran."""
+    for n, (_, items, future, _) in enumerate(taken):
+        if future.done():
+            continue
+        future.where = (index, generation)  # before the result: a waiter reads it at once
+        future.set_result([(LOST, lost)] * len(items) if results is None else results[n])
+
+
+class HandlerPool:
+    """``size`` handler worker processes for one script; ``submit`` ships records to them."""
+
+    def __init__(self, init: dict[str, Any], size: int):
+        if size < 1:
+            raise ValueError(f"a handler pool needs at least one process, got {size}")
+        self.init = init
+        self.size = size
+        self.hops = 0
+        self.restarts = 0
+        self._slots = [_Slot(self, i) for i in range(size)]
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> "HandlerPool":
+        for slot in self._slots:
+            slot.thread.start()  # each starts its process on its first hop, in parallel
+        return self
+
+    def submit(self, step: str, items: list, where: tuple[int, int] | None = None) -> Future:
+        """A Future of one result per item. ``where`` (from an input step's Future) pins the process."""
+        future: Future = Future()
+        if where is not None:
+            slot = self._slots[where[0]]
+        else:
+            with self._lock:
+                # The least-loaded process; ties go round-robin so idle processes all get work.
+                order = self._slots[self._next:] + self._slots[:self._next]
+                slot = min(order, key=lambda s: s.queued)
+                self._next = (slot.index + 1) % self.size
+        slot.submit(step, items, future, None if where is None else where[1])
+        return future
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.stop()
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"handler_workers": self.size, "hops": self.hops, "worker_restarts": self.restarts}

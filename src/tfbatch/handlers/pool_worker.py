@@ -1,0 +1,178 @@
+"""The child side of the handler pool: a user script's hooks, and the JSON/base64 work around them.
+
+A worker process imports ``code/inference.py`` once and then answers hops from the parent.
+A hop carries many requests; for each it runs ``input_handler`` and turns what the hook
+returned into model-ready tensors (JSON parse, image header checks, base64 decode), or, on
+the way back, turns model outputs into the TFS response body and runs ``output_handler``.
+So the parent process only reads, batches and runs the model: every step that holds the GIL
+per record runs here, in as many processes as there are cores.
+
+Each step mirrors ``InferenceService.invoke`` / ``local_post`` line for line (the same helper
+functions), so a record's response and error text are the ones the in-process path gives.
+
+Wire format (pickled ``multiprocessing.connection`` messages over a socket pair):
+
+- request: ``(body, content_type, accept, custom_attributes, name, version, method, rest_port, grpc_port)``
+- ``input`` step result: ``("final", status, body, content_type)`` (handler mode, or the
+  request ended before the model), ``("tensors", tensors, fmt, version, sig_name)`` or
+  ``("json", body)`` (the parent runs TfsApi on a body this side could not decode alone)
+- ``output`` step item: ``(request, kind, payload)``, kind ``outputs`` (``(outputs, fmt,
+  version, sig_name)``), ``result`` (a TFS response dict) or ``error`` (``(status, content)``);
+  its result is always ``("final", ...)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from tfbatch.errors import TfbatchError, from_exception
+from tfbatch.handlers.service import (
+    InvocationRequest,
+    InvocationResponse,
+    _Body,
+    call_user,
+    make_context,
+    make_response,
+    parse_handler_body,
+    user_result,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """What one worker process keeps between hops: the hooks, signatures, gRPC channels."""
+
+    def __init__(self, init: dict[str, Any]):
+        from tfbatch.handlers.user_code import load_handlers
+        from tfbatch.records.images import limit_pil
+
+        self.max_image_pixels = init["max_image_pixels"]
+        self.grpc_max = init["grpc_max_message_bytes"]
+        # {model name: (version, {signature name: SignatureInfo}, default signature)} of the
+        # versions the parent resolves for requests naming no version.
+        self.models: dict[str, tuple[int, dict, str]] = init["models"]
+        limit_pil(self.max_image_pixels)
+        self.handlers = load_handlers(Path(init["script"]))
+        self._channels: dict[int, Any] = {}
+
+    def channel(self, port: int | None):
+        if port is None:
+            return None
+        channel = self._channels.get(port)
+        if channel is None:
+            import grpc
+
+            channel = self._channels[port] = grpc.insecure_channel(
+                f"localhost:{port}",
+                options=[("grpc.max_send_message_length", self.grpc_max),
+                         ("grpc.max_receive_message_length", self.grpc_max)],
+            )
+        return channel
+
+    def context(self, item: tuple):
+        body, content_type, accept, attrs, name, version, method, rest_port, grpc_port = item
+        req = InvocationRequest(body=body, content_type=content_type, accept=accept, custom_attributes=attrs)
+        return make_context(req, name, version, method, rest_port, grpc_port, self.channel(grpc_port))
+
+    # ---- steps ------------------------------------------------------------------------
+
+    def run(self, step: str, items: list) -> list:
+        run_one = self.input if step == "input" else self.output
+        return [_guarded(run_one, item) for item in items]
+
+    def input(self, item: tuple) -> tuple:
+        ctx = self.context(item)
+        if self.handlers.mode == "handler":
+            return _final(user_result(call_user("handler", self.handlers.handler, _Body(item[0]), ctx)))
+        processed = call_user("input_handler", self.handlers.input_handler, _Body(item[0]), ctx)
+        try:
+            body = parse_handler_body(processed)
+            return self._decode(body, ctx)
+        except TfbatchError as err:
+            # As in local_post: the error is the model's answer, and output_handler sees it.
+            return self._respond(ctx, err.status, err.to_json())
+
+    def _decode(self, body: dict, ctx) -> tuple:
+        from tfbatch.records.images import check_encoded_images
+        from tfbatch.tfs.api import _signature_name
+        from tfbatch.tfs.codec import decode_predict
+
+        check_encoded_images(body, self.max_image_pixels)
+        known = self.models.get(ctx.model_name)
+        if ctx.method != "predict" or ctx.model_version is not None or known is None:
+            return ("json", body)  # the parent resolves it exactly as TfsApi does
+        version, signatures, default = known
+        sig = signatures.get(_signature_name(body) or default)
+        if sig is None:
+            return ("json", body)  # the parent's NotFound names the model's signatures
+        tensors, fmt = decode_predict(body, sig)
+        return ("tensors", tensors, fmt, version, sig.name)
+
+    def output(self, entry: tuple) -> tuple:
+        from tfbatch.runtime import jsonenc
+
+        item, kind, payload = entry
+        ctx = self.context(item)
+        if kind == "outputs":
+            from tfbatch.tfs.codec import encode_predict
+
+            outputs, fmt, version, sig_name = payload
+            sig = self.models[ctx.model_name][1][sig_name]
+            try:
+                status, content = 200, jsonenc.dumps(encode_predict(outputs, fmt, sig, native=True))
+            except TfbatchError as err:
+                status, content = err.status, err.to_json()
+        elif kind == "result":
+            status, content = 200, jsonenc.dumps(payload)
+        else:
+            status, content = payload
+        return self._respond(ctx, status, content)
+
+    def _respond(self, ctx, status: int, content: bytes) -> tuple:
+        response = make_response(status, content, ctx.rest_uri)
+        return _final(user_result(call_user("output_handler", self.handlers.output_handler, response, ctx)))
+
+
+def _final(response: InvocationResponse) -> tuple:
+    return ("final", response.status, response.body, response.content_type)
+
+
+def _guarded(step, item) -> tuple:
+    """One record's step, never raising: as in ``invoke``, a failure is that record's response."""
+    try:
+        return step(item)
+    except TfbatchError as err:
+        return _final(InvocationResponse.from_error(err))
+    except Exception as exc:  # defensive: nothing escapes a record
+        log.exception("invocation failed")
+        return _final(InvocationResponse.from_error(from_exception(exc)))
+
+
+def main(conn) -> None:
+    """The worker process: ``("init", {...})`` first, then ``(step, [[items], ...])`` hops until EOF."""
+    kind, init = conn.recv()
+    try:
+        worker = Worker(init)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the hop
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        jobs = message
+        conn.send([worker.run(step, items) for step, items in jobs])
+
+
+if __name__ == "__main__":
+    import sys
+    from multiprocessing.connection import Connection
+
+    main(Connection(int(sys.argv[1])))

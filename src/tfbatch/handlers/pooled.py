@@ -1,0 +1,200 @@
+"""Invocations of a scripted model for batch jobs, with the script's hooks in the handler pool.
+
+``PooledService`` answers exactly what ``InferenceService.invoke`` answers, but the parent
+process does only the model call: ``input_handler`` and the request decode run in a worker
+(:mod:`tfbatch.handlers.pool_worker`), which hands back tensors; the outputs go back to the
+same worker for the response JSON and ``output_handler``. Bytes cross the pipe once each
+way and are decoded or encoded once, in the worker.
+
+``invoke_many`` takes a whole batch of requests: one hop per worker for the input step,
+one model call for every request that decoded to the same signature (split back per
+request), one hop per worker for the output step. If the joint model call fails, each
+request runs alone, so a bad record fails only itself, with its own error. ``invoke`` (one
+request, from the per-object path's invocation threads) goes through the model server's
+dynamic batcher instead, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import numpy as np
+
+from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
+from tfbatch.handlers.pool import LOST, HandlerPool
+from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
+from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
+
+log = logging.getLogger(__name__)
+
+
+def pool_init(service: InferenceService) -> dict[str, Any]:
+    """What a worker needs: the script, the limits, and each model's default version's signatures."""
+    server = service.model_server
+    models = {}
+    for name in server.model_names():
+        servable = server.resolve(name, None)
+        models[name] = (servable.version, dict(servable.signatures), servable.default_signature)
+    return {
+        "script": str(service.handlers.script),
+        "max_image_pixels": service.max_image_pixels,
+        "grpc_max_message_bytes": getattr(service, "_grpc_max", GRPC_MAX_MESSAGE_MB * MIB),
+        "models": models,
+    }
+
+
+class PooledService:
+    def __init__(self, service: InferenceService, pool: HandlerPool):
+        self.service = service
+        self.pool = pool
+
+    # What the Invoker and the lanes read from a service.
+    handlers = property(lambda self: self.service.handlers)
+    model_server = property(lambda self: self.service.model_server)
+    rest_port = property(lambda self: self.service.rest_port)
+    grpc_port = property(lambda self: self.service.grpc_port)
+    max_image_pixels = property(lambda self: self.service.max_image_pixels)
+
+    def with_model_server(self, model_server: Any, *, rest_port: int | None = None,
+                          grpc_port: int | None = None) -> "PooledService":
+        return PooledService(self.service.with_model_server(model_server, rest_port=rest_port,
+                                                            grpc_port=grpc_port), self.pool)
+
+    def invoke(self, req: InvocationRequest) -> InvocationResponse:
+        return self.invoke_many([req])[0]
+
+    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        """One response per request, in order; never raises."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        responses: list[InvocationResponse | None] = [None] * len(reqs)
+        items: list[tuple | None] = [None] * len(reqs)
+        for n, req in enumerate(reqs):
+            try:
+                name, version, method = self.service._target(req)
+            except TfbatchError as err:
+                responses[n] = InvocationResponse.from_error(err)
+                continue
+            items[n] = (req.body, req.content_type, req.accept, req.custom_attributes, name, version, method,
+                        self.service.rest_port, self.service.grpc_port)
+        todo = [n for n in range(len(reqs)) if items[n] is not None]
+        firsts = self._input(todo, items, deadline)
+        outputs = self._model(firsts, items)
+        self._output(outputs, items, responses, deadline)
+        for n, first in firsts.items():
+            if responses[n] is None:
+                responses[n] = _response(first[1])
+        return [r if r is not None else _response(("final", 500, b"", "application/json")) for r in responses]
+
+    # ---- steps ------------------------------------------------------------------------
+
+    def _input(self, todo: list[int], items: list, deadline: float | None) -> dict[int, tuple]:
+        """{request index: (where, input-step result)}: the work split evenly over the processes."""
+        per = max(1, -(-len(todo) // self.pool.size))
+        jobs = []
+        for start in range(0, len(todo), per):
+            chunk = todo[start:start + per]
+            jobs.append((chunk, self.pool.submit("input", [items[n] for n in chunk])))
+        firsts = {}
+        for chunk, future in jobs:
+            results = _wait(future, deadline, len(chunk))
+            for n, result in zip(chunk, results):
+                firsts[n] = (getattr(future, "where", None), result)
+        return firsts
+
+    def _model(self, firsts: dict[int, tuple], items: list) -> dict[int, tuple]:
+        """{request index: (where, output-step payload)} for every request that reached the model."""
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        out: dict[int, tuple] = {}
+        for n, (where, result) in firsts.items():
+            if result[0] == "tensors":
+                _, tensors, fmt, version, sig_name = result
+                groups[(items[n][4], version, sig_name, fmt, _layout(tensors))].append(n)
+            elif result[0] == "json":
+                out[n] = (where, self._json(items[n], result[1]))
+        for (name, version, sig_name, fmt, layout), members in groups.items():
+            joint = self._joint(name, version, sig_name, [firsts[n][1][1] for n in members]) \
+                if layout is not None and len(members) > 1 else None
+            for i, n in enumerate(members):
+                if joint is not None:
+                    payload = ("outputs", (joint[i], fmt, version, sig_name))
+                else:
+                    payload = self._alone(name, version, sig_name, fmt, firsts[n][1][1])
+                out[n] = (firsts[n][0], payload)
+        return out
+
+    def _json(self, item: tuple, body: dict) -> tuple:
+        from tfbatch.tfs.api import TfsApi
+
+        _, _, _, _, name, version, method, _, _ = item
+        try:
+            return ("result", TfsApi(self.service.model_server).call(method, body, name, version))
+        except TfbatchError as err:
+            return ("error", (err.status, err.to_json()))
+
+    def _alone(self, name, version, sig_name, fmt, tensors) -> tuple:
+        server = self.service.model_server
+        try:
+            servable = server.resolve(name, version)
+            outputs = server.run_signature(servable, servable.signature(sig_name), tensors)
+        except TfbatchError as err:
+            return ("error", (err.status, err.to_json()))
+        return ("outputs", (outputs, fmt, version, sig_name))
+
+    def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
+        """One model call for many requests' tensors, split back; None if it fails or cannot be split."""
+        sizes = [next(iter(t.values())).shape[0] for t in requests]
+        try:
+            servable = self.service.model_server.resolve(name, version)
+            joined = {k: np.concatenate([t[k] for t in requests]) for k in requests[0]}
+            outputs = servable.run(sig_name, joined)
+        except Exception as exc:  # noqa: BLE001 - every request runs alone and gets its own error
+            log.debug("joint model call of %d requests failed (%s); each runs alone", len(requests), exc)
+            return None
+        total = sum(sizes)
+        arrays = {k: np.asarray(v) for k, v in outputs.items()}
+        if any(a.ndim == 0 or a.shape[0] != total for a in arrays.values()):
+            return None
+        bounds = np.cumsum([0] + sizes)
+        return [{k: a[bounds[i]:bounds[i + 1]] for k, a in arrays.items()} for i in range(len(sizes))]
+
+    def _output(self, outputs: dict[int, tuple], items: list, responses: list, deadline: float | None) -> None:
+        by_where: dict[Any, list[int]] = defaultdict(list)
+        for n, (where, _) in outputs.items():
+            by_where[where].append(n)
+        jobs = []
+        for where, members in by_where.items():
+            entries = [(items[n], *outputs[n][1]) for n in members]
+            jobs.append((members, self.pool.submit("output", entries, where)))
+        for members, future in jobs:
+            for n, result in zip(members, _wait(future, deadline, len(members))):
+                responses[n] = _response(result)
+
+
+def _layout(tensors: dict[str, np.ndarray]) -> tuple | None:
+    """What must match for requests to share a model call; None when rows cannot be counted."""
+    sizes = {a.shape[0] if a.ndim else None for a in tensors.values()}
+    if len(sizes) != 1 or None in sizes:
+        return None
+    return tuple(sorted((k, a.dtype.str, a.shape[1:]) for k, a in tensors.items()))
+
+
+def _wait(future, deadline: float | None, count: int, timeout_s: float = 0.0) -> list:
+    try:
+        return future.result(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except FutureTimeout:
+        err = RequestTimeout(f"invocation did not answer within InvocationsTimeoutInSeconds={timeout_s:g}")
+        return [("final", err.status, err.to_json(), "application/json")] * count
+
+
+def _response(result: tuple) -> InvocationResponse:
+    kind = result[0]
+    if kind == "final":
+        _, status, body, content_type = result
+        return InvocationResponse(status=status, body=body, content_type=content_type)
+    if kind == LOST:
+        return InvocationResponse.from_error(Unavailable(result[1]))
+    return InvocationResponse.from_error(from_exception(RuntimeError(f"unexpected handler result {kind!r}")))

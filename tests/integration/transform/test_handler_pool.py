@@ -1,0 +1,205 @@
+"""Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/script_lane.py).
+
+Each job runs twice, with ``handler_workers=0`` (the hooks in the instance's own process,
+the path every earlier release took) and with the pool, and the two must agree byte for
+byte: outputs, error text, report counts. Real TensorFlow, real spawned processes; a worker
+is killed by the script itself when a trigger file exists, never by timing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from benchmarks.common.models import INFERENCE_SCRIPT
+from tests.integration.transform.ledger_files import done_keys
+from tfbatch import run_transform
+from tfbatch.artifact import package
+from tfbatch.testing.models import make_image_bytes_model
+
+# The bench's pair raises for one marked image, and dies (os._exit) while the trigger file
+# exists: once (the trigger is removed first) or for good (the trigger stays).
+SCRIPT = INFERENCE_SCRIPT + '''
+
+import os
+import time
+from pathlib import Path
+
+_plain_input = input_handler
+
+
+def input_handler(data, context):
+    body = data.read()
+    if body.endswith(b"RAISE"):
+        raise ValueError("this record asked to fail")
+    trigger = os.environ.get("KILL_TRIGGER")
+    if body.endswith(b"KILL") and trigger and Path(trigger).exists():
+        if os.environ.get("KILL_ONCE"):
+            Path(trigger).unlink()
+        os._exit(7)
+    stall = os.environ.get("STALL_DIR")
+    if body.endswith(b"STALL") and stall:
+        # Held until the test lets go (at most a minute, so nothing outlives the session).
+        Path(stall, "reached").touch()
+        for _ in range(1200):
+            if Path(stall, "release").exists():
+                break
+            time.sleep(0.05)
+    import io
+    return _plain_input(io.BytesIO(body), context)
+'''
+
+
+def _png(value: int, tail: bytes = b"") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((8, 8), value % 256, np.uint8)).save(buf, format="PNG")
+    return buf.getvalue() + tail  # bytes after IEND: PNG decoders ignore them
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pool")
+    savedmodel = make_image_bytes_model(root / "sm" / "1")
+    (root / "code").mkdir()
+    (root / "code" / "inference.py").write_text(SCRIPT)
+    return package([savedmodel], root / "model.tar.gz", code_dir=root / "code")
+
+
+def _inputs(root: Path, tails: dict[int, bytes] | None = None, count: int = 40) -> Path:
+    root.mkdir()
+    for n in range(count):
+        (root / f"img-{n:03d}.png").write_bytes(_png(n * 7, (tails or {}).get(n, b"")))
+    return root
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.glob("*.out"))}
+
+
+def _agree(a: dict[str, bytes], b: dict[str, bytes]) -> None:
+    """Same objects, same rows; floats equal to float32 rounding (a model batch of another size
+    may sum in another order, as the dynamic batcher's batches always could)."""
+    assert a.keys() == b.keys()
+    for name in a:
+        pa, pb = json.loads(a[name])["predictions"], json.loads(b[name])["predictions"]
+        assert [p["classes"] for p in pa] == [p["classes"] for p in pb]
+        np.testing.assert_allclose(pa[0]["probabilities"], pb[0]["probabilities"], rtol=1e-5)
+
+
+def _run(archive, inp, out, workers, **kw):
+    return run_transform(model=str(archive), input=str(inp), output=str(out), content_type="application/x-image",
+                         handler_workers=workers, max_batch_size=1, **kw)
+
+
+def test_pool_gives_the_in_process_bytes_and_errors(tmp_path, archive):
+    inp = _inputs(tmp_path / "in", {3: b"RAISE", 11: b"RAISE"})
+    before = _run(archive, inp, tmp_path / "before", 0)
+    after = _run(archive, inp, tmp_path / "after", 2)
+    assert _outputs(tmp_path / "after") == _outputs(tmp_path / "before")
+    assert len(_outputs(tmp_path / "after")) == 38
+    assert (after.succeeded, after.bad_input, after.failed_to_process) == (before.succeeded, before.bad_input, 0)
+    key = lambda e: e["object"]  # noqa: E731
+    assert sorted(after.errors, key=key) == sorted(before.errors, key=key)
+    assert [e["error"] for e in after.errors] == ["this record asked to fail"] * 2
+    (stats,) = after.batches.values()
+    assert stats["lane"] == "script-batch" and stats["handler_workers"] == 2 and stats["hops"] > 0
+
+
+def test_batches_of_records_share_one_model_call_and_keep_their_rows(tmp_path, archive):
+    inp = _inputs(tmp_path / "in", count=48)
+    one = _run(archive, inp, tmp_path / "one", 2)
+    many = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "many"),
+                         content_type="application/x-image", handler_workers=2, max_batch_size=16)
+    assert one.ok and many.ok
+    a, b = _outputs(tmp_path / "one"), _outputs(tmp_path / "many")
+    assert len(a) == 48
+    _agree(a, b)
+    (stats,) = many.batches.values()
+    assert stats["batches"] == 3 and stats["rows"] == 48
+
+
+def test_a_worker_that_dies_mid_batch_is_replaced_and_loses_nothing(tmp_path, archive, monkeypatch):
+    inp = _inputs(tmp_path / "in", {5: b"KILL"})
+    clean = _run(archive, inp, tmp_path / "clean", 0, env={"KILL_TRIGGER": str(tmp_path / "none")})
+    trigger = tmp_path / "trigger"
+    trigger.touch()
+    monkeypatch.setenv("KILL_ONCE", "1")
+    report = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "out"),
+                           content_type="application/x-image", handler_workers=2, max_batch_size=8,
+                           env={"KILL_TRIGGER": str(trigger), "KILL_ONCE": "1"})
+    assert not trigger.exists()  # the hook did kill its process
+    assert report.ok and report.succeeded == 40
+    (stats,) = report.batches.values()
+    assert stats["worker_restarts"] >= 1
+    assert clean.ok and len(_outputs(tmp_path / "out")) == 40
+    _agree(_outputs(tmp_path / "out"), _outputs(tmp_path / "clean"))
+
+
+def test_a_record_that_always_kills_its_worker_is_left_for_resume(tmp_path, archive):
+    inp = _inputs(tmp_path / "in", {5: b"KILL"})
+    trigger = tmp_path / "trigger"
+    trigger.touch()
+    out = tmp_path / "out"
+    first = _run(archive, inp, out, 2, env={"KILL_TRIGGER": str(trigger)}, invocations_max_retries=1)
+    assert (first.succeeded, first.failed_to_process, first.bad_input) == (39, 1, 0)
+    (error,) = first.errors
+    assert error["object"] == "img-005.png" and "handler worker process exited (exit code 7)" in error["error"]
+    trigger.unlink()  # the cause is gone: a resumed run does that one object only
+    second = _run(archive, inp, out, 2, env={"KILL_TRIGGER": str(trigger)})
+    assert (second.succeeded, second.skipped) == (1, 39)
+    clean = _run(archive, inp, tmp_path / "clean", 0, env={"KILL_TRIGGER": str(trigger)})
+    assert clean.ok and _outputs(out) == _outputs(tmp_path / "clean")
+
+
+def test_sigkill_of_a_scripted_job_resumes_byte_identical(tmp_path, archive):
+    inp = _inputs(tmp_path / "in", {29: b"STALL"}, count=32)
+    stall = tmp_path / "stall"
+    stall.mkdir()
+    killed = tmp_path / "killed"
+    args = ["--model", str(archive), "--input", str(inp), "--content-type", "application/x-image",
+            "--max-batch-size", "1", "--handler-workers", "2", "--progress", "off"]
+    # Groups of 8 and no timed commits: outputs exist beyond the last journal record at the kill.
+    env = {**os.environ, "STALL_DIR": str(stall), "TFBATCH_LEDGER_GROUP": "8", "TFBATCH_LEDGER_INTERVAL_S": "600"}
+    proc = subprocess.Popen([sys.executable, "-m", "tfbatch", "transform", *args, "--output", str(killed)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its own group: the handler workers die with it
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        # The event: the hook holds img-029, and a group was committed.
+        if (stall / "reached").exists() and len(done_keys(killed)) >= 8:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert "img-029.png" not in done_keys(killed)
+    (stall / "release").touch()
+    resumed = subprocess.run([sys.executable, "-m", "tfbatch", "transform", *args, "--output", str(killed)],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "already done, skipped" in resumed.stdout, resumed.stdout
+    reference = tmp_path / "reference"
+    assert _run(archive, inp, reference, 0, env={"STALL_DIR": str(stall)}).ok
+    assert _outputs(killed) == _outputs(reference) and len(_outputs(reference)) == 32
+    assert not [p for p in killed.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_local_instances_each_run_their_own_handler_workers(tmp_path, archive):
+    # A local engine's instances are daemonic processes: their handler workers must still start.
+    inp = _inputs(tmp_path / "in", {7: b"RAISE"}, count=24)
+    many = _run(archive, inp, tmp_path / "many", None, instance_count=2)
+    alone = _run(archive, inp, tmp_path / "alone", 0)
+    assert (many.succeeded, many.bad_input) == (alone.succeeded, alone.bad_input) == (23, 1)
+    assert _outputs(tmp_path / "many") == _outputs(tmp_path / "alone")
+    share = max(1, (os.cpu_count() or 1) // 2)  # the default: the cores divided by the instances
+    assert [s["handler_workers"] for s in many.batches.values()] == [share, share]
