@@ -132,7 +132,8 @@ class InstanceRunner:
 
             tuner = BatchSizeProbe(fallback=self.spec.max_batch_size)
         return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
-                         workers=max(2, os.cpu_count() or 1), tuner=tuner)
+                         workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
+                         max_in_flight=self.spec.max_concurrent_transforms)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
