@@ -1,12 +1,18 @@
-"""Pick the model batch size from the job's own first batches, instead of asking the user.
+"""Pick the model batch size from the job's own batches, instead of asking the user.
 
 The seeds tell users to "experiment with powers of two". The lane does that experiment on
 the job's real data: the first batches are formed at each candidate size in turn (after
 one warm-up batch, which pays for tracing), the model time per row is kept for each, and
 from then on the size with the lowest time per row is used. Probe batches are real work,
-so nothing is wasted. A size within ``tolerance`` of the best but smaller wins: less
-memory and latency for the same throughput. Pure bookkeeping, fed (rows, seconds) pairs,
-so it is tested with made-up timings.
+so nothing is wasted but the difference between a poor size and the best one; a size whose
+first timing is already far behind the best (``give_up``) is not tried again. A size within
+``tolerance`` of the best but smaller wins: less memory and latency for the same throughput.
+
+A one-off probe is only as good as the load during it, and a long job outlives that load.
+So every ``recheck_rows`` rows the lane times the chosen size again beside its neighbours
+(one size smaller and one larger) and moves to a neighbour only if it beats the chosen size
+by more than ``tolerance``. Pure bookkeeping, fed (rows, seconds) pairs, so it is tested
+with made-up timings.
 """
 
 from __future__ import annotations
@@ -16,28 +22,33 @@ DEFAULT_CANDIDATES = (8, 16, 32, 64)
 
 class BatchSizeProbe:
     def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2,
-                 tolerance: float = 0.05, fallback: int = 16):
+                 tolerance: float = 0.05, fallback: int = 16, give_up: float = 0.5,
+                 recheck_rows: int = 4096):
         if not candidates or any(c < 1 for c in candidates):
             raise ValueError(f"batch size candidates must be positive, got {candidates}")
         self.candidates = tuple(sorted(set(candidates)))
         self.repeats = max(1, repeats)
         self.tolerance = tolerance
+        self.give_up = give_up
         self.fallback = fallback
-        # The schedule of sizes handed out while probing: warm-up first, then each candidate.
+        self.recheck_rows = recheck_rows
+        # The sizes still to hand out in this probe round: warm-up first, then each candidate.
         self._schedule = [self.candidates[0]] + [c for c in self.candidates for _ in range(self.repeats)]
-        self._handed = 0
         self._warmup_seen = False
         self.per_row: dict[int, list[float]] = {c: [] for c in self.candidates}
         self._chosen: int | None = None
+        self._rows_since = 0
+        self._recheck: dict[int, list[float]] | None = None
+        self.history: list[int] = []  # every choice made, first probe and re-checks
 
     def next_size(self) -> int:
         """The size of the next batch to form."""
+        while self._schedule:
+            size = self._schedule.pop(0)
+            if not self._gave_up(size):
+                return size
         if self._chosen is not None:
             return self._chosen
-        if self._handed < len(self._schedule):
-            size = self._schedule[self._handed]
-            self._handed += 1
-            return size
         # Every probe batch is handed out but not all timed yet: keep to the best so far.
         return self._best() or self.fallback
 
@@ -47,11 +58,29 @@ class BatchSizeProbe:
         if not self._warmup_seen:
             self._warmup_seen = True
             return
-        if self._chosen is not None or rows not in self.per_row or seconds <= 0:
+        if rows not in self.per_row or seconds <= 0:
             return
-        self.per_row[rows].append(seconds / rows)
-        if all(len(v) >= self.repeats for v in self.per_row.values()):
-            self._chosen = self._best()
+        if self._chosen is None:
+            self.per_row[rows].append(seconds / rows)
+            if all(len(v) >= self.repeats or self._gave_up(c) for c, v in self.per_row.items()):
+                self._choose(self._best())
+            return
+        if self._recheck is not None:
+            if rows in self._recheck:
+                self._recheck[rows].append(seconds / rows)
+                if all(len(v) >= self.repeats for v in self._recheck.values()):
+                    self._finish_recheck()
+            return
+        self._rows_since += rows
+        if self.recheck_rows and self._rows_since >= self.recheck_rows:
+            self._start_recheck()
+
+    def _gave_up(self, size: int) -> bool:
+        """During the first probe: ``size`` was timed once and is far behind another size."""
+        if self._chosen is not None or not self.per_row[size]:
+            return False
+        others = [min(v) for c, v in self.per_row.items() if v and c != size]
+        return bool(others) and min(self.per_row[size]) > min(others) * (1 + self.give_up)
 
     def _best(self) -> int | None:
         timed = {c: min(v) for c, v in self.per_row.items() if v}
@@ -59,6 +88,31 @@ class BatchSizeProbe:
             return None
         best = min(timed.values())
         return min(c for c, t in timed.items() if t <= best * (1 + self.tolerance))
+
+    def _choose(self, size: int | None) -> None:
+        self._chosen = size or self.fallback
+        self._schedule = []  # the round is decided: probe batches not yet formed are not needed
+        self.history.append(self._chosen)
+        self._rows_since = 0
+
+    def _start_recheck(self) -> None:
+        i = self.candidates.index(self._chosen) if self._chosen in self.candidates else None
+        if i is None:
+            return
+        sizes = [self.candidates[j] for j in (i - 1, i, i + 1) if 0 <= j < len(self.candidates)]
+        self._recheck = {c: [] for c in sizes}
+        self._schedule = [c for c in sizes for _ in range(self.repeats)]
+
+    def _finish_recheck(self) -> None:
+        assert self._recheck is not None and self._chosen is not None
+        timed = {c: min(v) for c, v in self._recheck.items()}
+        for c, t in timed.items():  # the report shows the latest timing of each size
+            self.per_row[c] = [t]
+        best = min(timed, key=timed.get)
+        keep = timed[self._chosen]
+        # Move only for a clear gain: noise must not make the lane flap between sizes.
+        self._recheck = None
+        self._choose(best if timed[best] * (1 + self.tolerance) < keep else self._chosen)
 
     @property
     def chosen(self) -> int:
@@ -73,4 +127,5 @@ class BatchSizeProbe:
             "chosen": self.chosen,
             "settled": self.settled,
             "ms_per_row": {str(c): round(min(v) * 1000, 3) for c, v in self.per_row.items() if v},
+            "choices": list(self.history),
         }

@@ -52,3 +52,28 @@ def test_odd_sized_tail_batches_are_ignored_and_fallback_before_any_timing():
 def test_candidates_must_be_positive():
     with pytest.raises(ValueError):
         BatchSizeProbe((0, 8))
+
+
+def test_a_size_far_behind_after_one_timing_is_not_tried_again():
+    probe = BatchSizeProbe((8, 16, 64), repeats=2, give_up=0.5)
+    sizes = drive(probe, {8: 2.0, 16: 1.9, 64: 4.0}, 8)
+    # 64's first timing is twice the best: its second probe batch is skipped.
+    assert sizes[:6] == [8, 8, 8, 16, 16, 64]
+    assert probe.settled and probe.chosen == 16 and set(sizes[6:]) == {16}
+
+
+def test_a_recheck_moves_to_a_neighbour_only_for_a_clear_gain():
+    timings = {8: 2.0, 16: 1.9, 32: 2.0}
+    probe = BatchSizeProbe((8, 16, 32), repeats=1, recheck_rows=64)
+    drive(probe, timings, 4)
+    assert probe.chosen == 16
+    # The load changes: 32 is now 3 % cheaper than 16, which is noise, so 16 stays.
+    timings.update({16: 2.0, 32: 1.94})
+    sizes = drive(probe, timings, 8)
+    assert 32 in sizes and 8 in sizes and probe.chosen == 16
+    # Later 32 is clearly cheaper: the next recheck moves there, and the report says so.
+    timings.update({32: 1.5})
+    drive(probe, timings, 12)
+    assert probe.chosen == 32
+    assert probe.report()["choices"][0] == 16 and probe.report()["choices"][-1] == 32
+    assert probe.report()["ms_per_row"]["32"] == 1.5
