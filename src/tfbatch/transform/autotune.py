@@ -1,9 +1,15 @@
 """Pick the model batch size from the job's own batches, instead of asking the user.
 
 The seeds tell users to "experiment with powers of two". The lane does that experiment on
-the job's real data: the first batches are formed at each candidate size in turn (after
-one warm-up batch, which pays for tracing), the model time per row is kept for each, and
-from then on the size with the lowest time per row is used. Probe batches are real work,
+the job's real data: the first batches are formed at each candidate size in turn, the model
+time per row is kept for each, and from then on the size with the lowest time per row is
+used. The first call at a new batch shape is slow (tracing on the first call, oneDNN and
+Eigen set up their kernels per shape), so each size gets one warm-up batch that is not
+counted, formed a little before its timed batches: timing only the first calls made every
+size but the first look slower and the probe chose the smallest (8 of 8-64, while the
+job's CPU per image was 20 % lower at 64, benchmarks/transform/autotune_grid.md). The
+timed batches of a size are formed back to back, so on a machine running two batches at
+once they share the cores with their own kind. Probe batches are real work,
 so nothing is wasted but the difference between a poor size and the best one; a size whose
 first timing is already far behind the best (``give_up``) is not tried again. A size within
 ``tolerance`` of the best but smaller wins: less memory and latency for the same throughput.
@@ -32,9 +38,15 @@ class BatchSizeProbe:
         self.give_up = give_up
         self.fallback = fallback
         self.recheck_rows = recheck_rows
-        # The sizes still to hand out in this probe round: warm-up first, then each candidate.
-        self._schedule = [self.candidates[0]] + [c for c in self.candidates for _ in range(self.repeats)]
-        self._warmup_seen = False
+        # The sizes still to hand out in this probe round: each size's warm-up batch one step
+        # ahead of the timed batches of the size before it.
+        sizes = self.candidates
+        self._schedule = [sizes[0]]
+        for i, c in enumerate(sizes):
+            if i + 1 < len(sizes):
+                self._schedule.append(sizes[i + 1])
+            self._schedule += [c] * self.repeats
+        self._warm: set[int] = set()
         self.per_row: dict[int, list[float]] = {c: [] for c in self.candidates}
         self._chosen: int | None = None
         self._rows_since = 0
@@ -55,10 +67,10 @@ class BatchSizeProbe:
     def observe(self, rows: int, seconds: float) -> None:
         """A model call on ``rows`` rows took ``seconds``. Short batches (the job's tail) count
         only if their size is a candidate."""
-        if not self._warmup_seen:
-            self._warmup_seen = True
-            return
         if rows not in self.per_row or seconds <= 0:
+            return
+        if rows not in self._warm:  # the first call at this shape: set-up, not the model
+            self._warm.add(rows)
             return
         if self._chosen is None:
             self.per_row[rows].append(seconds / rows)

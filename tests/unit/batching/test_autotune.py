@@ -19,9 +19,9 @@ def drive(probe: BatchSizeProbe, ms_per_row: dict[int, float], batches: int) -> 
 def test_probes_each_candidate_then_keeps_the_cheapest_per_row():
     probe = BatchSizeProbe((8, 16, 32), repeats=2)
     sizes = drive(probe, {8: 3.0, 16: 2.0, 32: 2.6}, 12)
-    # warm-up, then each candidate twice, then the winner for good.
-    assert sizes[:7] == [8, 8, 8, 16, 16, 32, 32]
-    assert set(sizes[7:]) == {16}
+    # Each size's warm-up batch one step ahead of the timed pair before it, then the winner for good.
+    assert sizes[:9] == [8, 16, 8, 8, 32, 16, 16, 32, 32]
+    assert set(sizes[9:]) == {16}
     assert probe.settled and probe.chosen == 16
     assert probe.report()["ms_per_row"] == {"8": 3.0, "16": 2.0, "32": 2.6}
 
@@ -31,6 +31,14 @@ def test_the_warm_up_batch_is_not_counted():
     probe.next_size()
     probe.observe(8, 100.0)  # tracing the function: not a timing of the model
     assert probe.report()["ms_per_row"] == {}
+
+
+def test_the_first_call_at_each_size_is_not_counted():
+    probe = BatchSizeProbe((8, 16), repeats=1)
+    for rows, seconds in ((8, 1.0), (16, 5.0), (8, 0.016), (16, 0.016)):
+        probe.observe(rows, seconds)
+    # 16's first call (kernel set-up for a new shape) would have made it look 150x slower.
+    assert probe.report()["ms_per_row"] == {"8": 2.0, "16": 1.0} and probe.chosen == 16
 
 
 def test_a_smaller_size_within_tolerance_wins():
@@ -56,16 +64,16 @@ def test_candidates_must_be_positive():
 
 def test_a_size_far_behind_after_one_timing_is_not_tried_again():
     probe = BatchSizeProbe((8, 16, 64), repeats=2, give_up=0.5)
-    sizes = drive(probe, {8: 2.0, 16: 1.9, 64: 4.0}, 8)
-    # 64's first timing is twice the best: its second probe batch is skipped.
-    assert sizes[:6] == [8, 8, 8, 16, 16, 64]
-    assert probe.settled and probe.chosen == 16 and set(sizes[6:]) == {16}
+    sizes = drive(probe, {8: 2.0, 16: 1.9, 64: 4.0}, 10)
+    # 64's first timing is twice the best: its second timed batch is skipped.
+    assert sizes[:8] == [8, 16, 8, 8, 64, 16, 16, 64]
+    assert probe.settled and probe.chosen == 16 and set(sizes[8:]) == {16}
 
 
 def test_a_recheck_moves_to_a_neighbour_only_for_a_clear_gain():
     timings = {8: 2.0, 16: 1.9, 32: 2.0}
     probe = BatchSizeProbe((8, 16, 32), repeats=1, recheck_rows=64)
-    drive(probe, timings, 4)
+    drive(probe, timings, 6)
     assert probe.chosen == 16
     # The load changes: 32 is now 3 % cheaper than 16, which is noise, so 16 stays.
     timings.update({16: 2.0, 32: 1.94})
