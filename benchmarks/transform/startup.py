@@ -1,6 +1,6 @@
 """Start-up of a one-image job (issue 10, item 6): time to first output, total, and where it goes.
 
-    python -m benchmarks.transform.startup --runs 3 --out benchmarks/transform/startup.json
+    python -m benchmarks.transform.startup --runs 3 --baseline-src BASE/src --out benchmarks/transform/startup.json
 
 Runs ``python -m tfbatch transform`` on a folder holding one JPEG with the tiny model (the
 no-script archive, as the seed's image-bytes model is used) in fresh processes, and records:
@@ -62,11 +62,20 @@ def _cmd(archive: Path, images: Path, output: Path) -> list[str]:
             str(output), "--content-type", "application/x-image", "--progress", "off"]
 
 
-def timed_run(archive: Path, images: Path, output: Path) -> dict[str, Any]:
+def _env_for(src: str | None) -> dict[str, str]:
+    """This checkout's tfbatch, or the one under ``src`` (another checkout's ``src/``)."""
+    env = _env()
+    if src:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    return env
+
+
+def timed_run(archive: Path, images: Path, output: Path, src: str | None = None) -> dict[str, Any]:
     shutil.rmtree(output, ignore_errors=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     launched = time.time()
-    proc = subprocess.run([sys.executable, *_cmd(archive, images, output)], env=_env(), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *_cmd(archive, images, output)], env=_env_for(src), capture_output=True,
+                          text=True)
     ended = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -78,10 +87,10 @@ def timed_run(archive: Path, images: Path, output: Path) -> dict[str, Any]:
             "load_average": os.getloadavg()[0]}
 
 
-def import_times(archive: Path, images: Path, output: Path) -> dict[str, Any]:
+def import_times(archive: Path, images: Path, output: Path, src: str | None = None) -> dict[str, Any]:
     """``-X importtime`` of one run, summed into TensorFlow, tfbatch's own and the others."""
     shutil.rmtree(output, ignore_errors=True)
-    proc = subprocess.run([sys.executable, "-X", "importtime", *_cmd(archive, images, output)], env=_env(),
+    proc = subprocess.run([sys.executable, "-X", "importtime", *_cmd(archive, images, output)], env=_env_for(src),
                           capture_output=True, text=True)
     rows = []
     for line in proc.stderr.splitlines():
@@ -112,13 +121,13 @@ def import_times(archive: Path, images: Path, output: Path) -> dict[str, Any]:
     }
 
 
-def phase_profile(archive: Path, images: Path, output: Path, rate: int = 200) -> dict[str, Any]:
+def phase_profile(archive: Path, images: Path, output: Path, rate: int = 200, src: str | None = None) -> dict[str, Any]:
     """py-spy of one whole run: every thread's busy samples (py-spy leaves idle ones out)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     shutil.rmtree(output, ignore_errors=True)
     raw = output.parent / "startup-pyspy.txt"
     subprocess.run([spy, "record", "-o", str(raw), "-f", "raw", "-r", str(rate), "--", sys.executable,
-                    *_cmd(archive, images, output)], env=_env(), capture_output=True, check=True)
+                    *_cmd(archive, images, output)], env=_env_for(src), capture_output=True, check=True)
     phases: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -142,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench"))
     parser.add_argument("--out", default="benchmarks/transform/startup.json")
-    parser.add_argument("--label", default="run", help="key under which this run's figures are stored in --out")
+    parser.add_argument("--baseline-src", help="another checkout's src/ (e.g. main's): its runs alternate with "
+                                                   "this checkout's in one invocation, stored as 'before' and 'after'")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy run")
     args = parser.parse_args(argv)
 
@@ -151,22 +161,30 @@ def main(argv: list[str] | None = None) -> int:
     images = _one_image(workdir)
     output = workdir / "outputs" / "startup" / "out"
     output.parent.mkdir(parents=True, exist_ok=True)
-    runs = [timed_run(archive, images, output) for _ in range(args.runs)]
-    result = {
+    variants = {"before": args.baseline_src, "after": None} if args.baseline_src else {"this": None}
+    runs: dict[str, list] = {name: [] for name in variants}
+    for _ in range(args.runs):  # interleaved, so a change in the machine's load hits both alike
+        for name, src in variants.items():
+            runs[name].append(timed_run(archive, images, output, src))
+    result: dict[str, Any] = {
         "command": "python -m benchmarks.transform.startup " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-        "runs": runs,
-        "median": {k: statistics.median(r[k] for r in runs) for k in ("first_output_s", "total_s", "cpu_s")},
-        "imports": import_times(archive, images, output),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "variants": {},
     }
-    if not args.no_profile:
-        result["phases"] = phase_profile(archive, images, output)
+    for name, src in variants.items():
+        result["variants"][name] = {
+            "src": src or "this checkout",
+            "runs": runs[name],
+            "median": {k: statistics.median(r[k] for r in runs[name]) for k in ("first_output_s", "total_s", "cpu_s")},
+            "imports": import_times(archive, images, output, src),
+            "phases": None if args.no_profile else phase_profile(archive, images, output, src=src),
+        }
     out = Path(args.out)
-    data = json.loads(out.read_text()) if out.exists() else {}
-    data[args.label] = result
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=2))
-    print(json.dumps({k: v for k, v in result.items() if k not in ("machine",)}, indent=2))
+    out.write_text(json.dumps(result, indent=2))
+    for name, v in result["variants"].items():
+        print(name, json.dumps(v["median"]), "imports:", json.dumps({k: v["imports"][k] for k in (
+            "total_import_s", "tensorflow_keras_s", "tfbatch_own_self_s")}), "phases:", json.dumps(
+            v["phases"] and v["phases"]["seconds"]))
     return 0
 
 
