@@ -32,20 +32,20 @@ from benchmarks.common import measure
 from benchmarks.common.dataset import ensure_dataset
 from benchmarks.common.measure import Run, TreeMonitor
 from benchmarks.common.models import ensure_artifact, scriptless_archive
-from benchmarks.transform.bench import _launch, machine
+from benchmarks.transform.bench import _env, machine
 
 TARGET = 0.9
 
 
 def _job(archive: Path, inputs: Path, output: Path, log: Path, images: int, flags: list[str],
-         timeout_s: float) -> tuple[Run, dict | None]:
+         timeout_s: float, src: str | None = None) -> tuple[Run, dict | None]:
     cmd = [sys.executable, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
            "--output", str(output), "--content-type", "application/x-image", "--progress", "off", *flags]
     run = Run("a", archive.parent.name, images, ok=True, command=cmd)
     shutil.rmtree(output, ignore_errors=True)
     with TreeMonitor() as rss:
         launched = measure.now()
-        proc = _launch(cmd, log)
+        proc = _launch(cmd, log, src)
         rss.watch(proc.pid)
         run.error, run.cpu_s = measure.wait_logged(proc, log, timeout_s)
         ended = measure.now()
@@ -54,6 +54,16 @@ def _job(archive: Path, inputs: Path, output: Path, log: Path, images: int, flag
     report_path = output / "_tfbatch" / "report.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else None
     return run, report
+
+
+def _launch(cmd: list[str], log: Path, src: str | None):
+    import subprocess
+
+    env = _env()
+    if src:  # a frozen copy of the tree, so editing the checkout cannot change a run half-way
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    with open(log, "wb") as handle:
+        return subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
 
 
 def _lane_stats(report: dict | None) -> dict[str, Any]:
@@ -83,7 +93,8 @@ def schedule(points: list[str], rounds: int, auto_every: int, seed: int) -> list
 
 
 def grid_model(model: str, inputs: Path, images: int, workdir: Path, *, batch_sizes: list[int],
-               workers: list[int], rounds: int, auto_every: int, seed: int, timeout_s: float) -> dict[str, Any]:
+               workers: list[int], rounds: int, auto_every: int, seed: int, timeout_s: float,
+               src: str | None = None) -> dict[str, Any]:
     archive = scriptless_archive(ensure_artifact(model, workdir))
     points = {f"b{b}-w{w}": ["--max-batch-size", str(b), "--lane-workers", str(w)]
               for b in batch_sizes for w in workers}
@@ -93,7 +104,7 @@ def grid_model(model: str, inputs: Path, images: int, workdir: Path, *, batch_si
     for name in schedule(list(points), rounds, auto_every, seed):
         flags = [] if name == "auto" else points[name]
         output = workdir / "outputs" / "grid" / model / name
-        run, report = _job(archive, inputs, output, logs / f"grid-{model}-{name}.log", images, flags, timeout_s)
+        run, report = _job(archive, inputs, output, logs / f"grid-{model}-{name}.log", images, flags, timeout_s, src)
         entry = {"steady_images_per_s": run.steady_images_per_s, "end_to_end_images_per_s": run.end_to_end_images_per_s,
                  "startup_s": run.startup_s, "cpu_ms_per_image": run.extra.get("cpu_ms_per_image"),
                  "steady_cpu_ms_per_image": run.extra.get("steady_cpu_ms_per_image"),
@@ -177,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/transform/autotune_grid.json")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--note", default="")
+    parser.add_argument("--src", help="run tfbatch from this src/ folder (e.g. a `git archive` of the commit measured)")
     args = parser.parse_args(argv)
 
     workdir = Path(args.workdir)
@@ -185,13 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         path.read_bytes()
     results: dict[str, Any] = {
         "command": "python -m benchmarks.transform.autotune_grid " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "note": args.note,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "note": args.note, "src": args.src,
         "load_average_before": os.getloadavg(), "models": {}}
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         results["models"][model] = grid_model(
             model, inputs, args.images, workdir, batch_sizes=[int(b) for b in args.batch_sizes.split(",")],
             workers=[int(w) for w in args.workers.split(",")], rounds=args.rounds, auto_every=args.auto_every,
-            seed=args.seed, timeout_s=args.timeout)
+            seed=args.seed, timeout_s=args.timeout, src=args.src)
     results["load_average_after"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

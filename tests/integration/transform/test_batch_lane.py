@@ -113,21 +113,21 @@ def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, saved
 def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path, savedmodel):
     root = tmp_path / "in"
     root.mkdir()
-    # A warm-up batch and two timed batches of each of 8, 16, 32, 64 = 360 objects of probing
-    # (fewer if a size is far behind), then the rest.
-    for i in range(400):
+    # A run of four batches (two lead, two timed) at each of 8, 16, 32, 64 = 480 objects of
+    # probing (fewer if a size is far behind), then the rest.
+    for i in range(600):
         (root / f"{i:03d}.png").write_bytes(_png(i))
     report = run_transform(model=str(savedmodel.parent), input=str(root), output=str(tmp_path / "out"),
                            content_type="application/x-image")
     stats = _lane_stats(report)
     auto = stats["autotune"]
-    assert report.ok and report.succeeded == 400
+    assert report.ok and report.succeeded == 600
     assert auto["chosen"] in (8, 16, 32, 64) and stats["max_batch_size"] == auto["chosen"]
     assert set(auto["ms_per_row"]) == {"8", "16", "32", "64"} and auto["settled"]
     assert auto["choices"] == [auto["chosen"]] and stats["workers"] >= 2
     assert stats["in_flight_objects"] == auto["chosen"] * (stats["workers"] + 1)
     # Probe batches are real work: every object was answered exactly once.
-    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 400
+    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 600
 
 
 def test_scripts_split_jobs_and_json_keep_the_per_object_path(tmp_path, savedmodel, images):
