@@ -14,6 +14,10 @@ version) favoured the smallest size: with two batches in flight a call's own dur
 not show what it costs the batch beside it, and the grid found 8 chosen where 64 finished
 images 1.4x faster (benchmarks/transform/autotune_grid.md).
 
+On a shared machine wall times mostly measure the neighbours. When the process got less
+than ``contended`` of its ``cores`` during the probe, sizes are compared by CPU seconds per
+row instead, which the load barely moves; on saturated cores throughput is cores / that.
+
 A one-off probe is only as good as the load during it, and a long job outlives that load.
 So every ``recheck_rows`` rows the lane times the chosen size again beside its neighbours
 (one size smaller and one larger) and moves to a neighbour only if it beats the chosen size
@@ -27,22 +31,24 @@ DEFAULT_CANDIDATES = (8, 16, 32, 64)
 
 
 class _Run:
-    """The completions of one size's probe run: the first ``lead`` only set the clock."""
+    """The completions of one size's probe run: the first ``lead`` only set the clocks."""
 
     def __init__(self, lead: int):
         self.lead = lead
         self.seen = 0
         self.start: float | None = None
+        self.cpu_start: float | None = None
         self.rows = 0
         self.last: float | None = None
+        self.cpu_last: float | None = None
 
-    def add(self, rows: int, at: float) -> None:
+    def add(self, rows: int, at: float, cpu: float | None) -> None:
         self.seen += 1
         if self.seen <= self.lead:
-            self.start = at
+            self.start, self.cpu_start = at, cpu
             return
         self.rows += rows
-        self.last = at
+        self.last, self.cpu_last = at, cpu
 
     @property
     def timed(self) -> int:
@@ -54,10 +60,22 @@ class _Run:
             return None
         return (self.last - self.start) / self.rows
 
+    @property
+    def cpu_per_row(self) -> float | None:
+        if not self.rows or self.cpu_start is None or self.cpu_last is None or self.cpu_last <= self.cpu_start:
+            return None
+        return (self.cpu_last - self.cpu_start) / self.rows
+
+    def share(self) -> float | None:
+        """CPU seconds the process used per wall second in this run (2.0: two cores' worth)."""
+        wall, cpu = self.per_row, self.cpu_per_row
+        return None if wall is None or cpu is None else cpu / wall
+
 
 class BatchSizeProbe:
     def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2, lead: int = 2,
-                 tolerance: float = 0.05, fallback: int = 16, give_up: float = 0.5, recheck_rows: int = 4096):
+                 tolerance: float = 0.05, fallback: int = 16, give_up: float = 0.5, recheck_rows: int = 4096,
+                 cores: int | None = None, contended: float = 0.6):
         if not candidates or any(c < 1 for c in candidates):
             raise ValueError(f"batch size candidates must be positive, got {candidates}")
         self.candidates = tuple(sorted(set(candidates)))
@@ -67,6 +85,9 @@ class BatchSizeProbe:
         self.give_up = give_up
         self.fallback = fallback
         self.recheck_rows = recheck_rows
+        self.cores = cores
+        self.contended = contended
+        self.metric = "wall"
         self.per_row: dict[int, float] = {}  # the latest timing of each size, seconds per row
         self._runs: dict[int, _Run] = {c: _Run(self.lead) for c in self.candidates}
         self._schedule = self._runs_of(self.candidates)
@@ -89,9 +110,10 @@ class BatchSizeProbe:
         # Every probe batch is handed out but not all timed yet: keep to the best so far.
         return self._best() or self.fallback
 
-    def observe(self, rows: int, at: float) -> None:
-        """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds). Short
-        batches (the job's tail) count only if their size is a candidate."""
+    def observe(self, rows: int, at: float, cpu: float | None = None) -> None:
+        """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds), when the
+        process had used ``cpu`` CPU seconds. Short batches (the job's tail) count only if
+        their size is a candidate."""
         run = self._runs.get(rows)
         if run is None:
             return
@@ -101,25 +123,41 @@ class BatchSizeProbe:
             if self.recheck_rows and self._rows_since >= self.recheck_rows:
                 self._start_recheck()
             return
-        run.add(rows, at)
-        if run.per_row is not None:
-            self.per_row[rows] = run.per_row
+        run.add(rows, at, cpu)
+        self._pick_metric()
+        for c, r in self._runs.items():
+            if self._cost(r) is not None:
+                self.per_row[c] = self._cost(r)
         if all(r.timed >= self.repeats or self._gave_up(c) for c, r in self._runs.items()):
             if self._rechecking:
                 self._finish_recheck()
             else:
                 self._choose(self._best())
 
+    def _pick_metric(self) -> None:
+        """Wall time per row, unless the machine is shared: when the process got well under
+        its cores during the probe, wall times mostly measure the neighbours' load (the same
+        setting varied 2x between runs on the shared VM) while CPU per row barely moves, and
+        with the cores saturated throughput is cores / CPU per row."""
+        if not self.cores:
+            return
+        shares = [r.share() for r in self._runs.values() if r.share() is not None]
+        if shares and all(r.cpu_per_row is not None for r in self._runs.values() if r.per_row is not None):
+            self.metric = "cpu" if sum(shares) / len(shares) < self.contended * self.cores else "wall"
+
+    def _cost(self, run: _Run) -> float | None:
+        return run.cpu_per_row if self.metric == "cpu" else run.per_row
+
     def _gave_up(self, size: int) -> bool:
         """While probing: ``size`` has a timing and it is far behind another size's."""
         run = self._runs.get(size)
-        if run is None or run.per_row is None:
+        if run is None or self._cost(run) is None:
             return False
-        others = [r.per_row for c, r in self._runs.items() if c != size and r.per_row is not None]
-        return bool(others) and run.per_row > min(others) * (1 + self.give_up)
+        others = [self._cost(r) for c, r in self._runs.items() if c != size and self._cost(r) is not None]
+        return bool(others) and self._cost(run) > min(others) * (1 + self.give_up)
 
     def _best(self) -> int | None:
-        timed = {c: r.per_row for c, r in self._runs.items() if r.per_row is not None}
+        timed = {c: self._cost(r) for c, r in self._runs.items() if self._cost(r) is not None}
         if not timed:
             return None
         best = min(timed.values())
@@ -144,7 +182,7 @@ class BatchSizeProbe:
 
     def _finish_recheck(self) -> None:
         assert self._chosen is not None
-        timed = {c: r.per_row for c, r in self._runs.items() if r.per_row is not None}
+        timed = {c: self._cost(r) for c, r in self._runs.items() if self._cost(r) is not None}
         keep = timed.get(self._chosen)
         best = min(timed, key=timed.get) if timed else self._chosen
         # Move only for a clear gain: noise must not make the lane flap between sizes.
@@ -164,5 +202,6 @@ class BatchSizeProbe:
             "chosen": self.chosen,
             "settled": self.settled,
             "ms_per_row": {str(c): round(t * 1000, 3) for c, t in sorted(self.per_row.items())},
+            "measure": "cpu ms per row (machine shared)" if self.metric == "cpu" else "wall ms per row",
             "choices": list(self.history),
         }

@@ -142,7 +142,7 @@ class BatchLane:
             self.rows += len(items)
             self._histogram[len(items)] += 1
             if self.tuner is not None:
-                self.tuner.observe(len(items), started + seconds)  # the tuner times completions
+                self.tuner.observe(len(items), started + seconds, time.process_time())  # completions
         return {k: np.asarray(v) for k, v in outputs.items()}
 
     def _write(self, items: list[_Item], outputs: dict[str, np.ndarray], started: float,

@@ -88,3 +88,21 @@ def test_a_recheck_moves_to_a_neighbour_only_for_a_clear_gain():
     assert probe.chosen == 32
     assert probe.report()["choices"][0] == 16 and probe.report()["choices"][-1] == 32
     assert probe.report()["ms_per_row"]["32"] == 1.5
+
+
+def test_on_a_shared_machine_sizes_are_compared_by_cpu_per_row():
+    probe = BatchSizeProbe((8, 16), repeats=1, lead=1, cores=2)
+    # The process gets a quarter of its two cores: a neighbour's burst makes 16 look slow on
+    # the wall clock (5 ms/row vs 3), but it used less CPU per row (0.9 ms vs 1.2).
+    for rows, at, cpu in ((8, 0.0, 0.0), (8, 0.024, 0.0096), (16, 0.1, 0.02), (16, 0.18, 0.0344)):
+        probe.observe(rows, at, cpu)
+    assert probe.chosen == 16 and probe.report()["measure"].startswith("cpu")
+    assert probe.report()["ms_per_row"] == {"8": 1.2, "16": 0.9}
+
+
+def test_with_its_cores_to_itself_the_probe_compares_wall_time():
+    probe = BatchSizeProbe((8, 16), repeats=1, lead=1, cores=2)
+    # Both cores busy (CPU = 2 x wall): wall time per row decides, 8 is faster.
+    for rows, at, cpu in ((8, 0.0, 0.0), (8, 0.016, 0.032), (16, 0.1, 0.2), (16, 0.14, 0.28)):
+        probe.observe(rows, at, cpu)
+    assert probe.chosen == 8 and probe.report()["measure"] == "wall ms per row"
