@@ -11,8 +11,8 @@ What is timed is the lane's throughput: wall time between batch completions per 
 the batches of a run after its first ``lead`` (which pay for a new shape's kernel set-up and
 for the pipeline filling with the new size). Timing each model call on its own (the first
 version) favoured the smallest size: with two batches in flight a call's own duration does
-not show what it costs the batch beside it, and the grid found 8 chosen where 64 finished
-images 1.4x faster (benchmarks/transform/autotune_grid.md).
+not show what it costs the batch beside it, and the grid found 8 chosen where 64 used 20 %
+less CPU per image (benchmarks/transform/autotune_grid-tiny-before.md).
 
 On a shared machine wall times mostly measure the neighbours. When the process got less
 than ``contended`` of its ``cores`` during the probe, sizes are compared by CPU seconds per
