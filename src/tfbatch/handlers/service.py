@@ -12,9 +12,10 @@ import json
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
+if TYPE_CHECKING:  # requests is imported on the first handler call: jobs with no script never need it
+    import requests
 
 from tfbatch.errors import HandlerError, InvalidInput, TfbatchError, from_exception
 from tfbatch.handlers import defaults
@@ -180,6 +181,8 @@ class InferenceService:
 
 
 def make_response(status: int, content: bytes, url: str | None) -> requests.Response:
+    import requests
+
     response = requests.Response()
     response.status_code = status
     response._content = content

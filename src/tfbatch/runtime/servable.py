@@ -28,7 +28,9 @@ SERVE_TAG = "serve"
 
 def read_signatures(path: str | Path) -> dict[str, SignatureInfo]:
     """SignatureInfo for every signature of the ``serve`` MetaGraph in ``path``/saved_model.pb."""
-    import tensorflow as tf
+    from tfbatch.runtime.tf_import import import_tensorflow
+
+    tf = import_tensorflow()  # the first TensorFlow import of a process, usually: without Keras
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb = Path(path) / "saved_model.pb"
@@ -102,7 +104,9 @@ class Servable:
 
     @classmethod
     def load(cls, name: str, version: int, path: str | Path) -> Servable:
-        import tensorflow as tf
+        from tfbatch.runtime.tf_import import import_tensorflow
+
+        tf = import_tensorflow()
 
         path = Path(path)
         if not (path / "saved_model.pb").is_file():

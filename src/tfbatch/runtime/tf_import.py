@@ -1,34 +1,74 @@
-"""Import TensorFlow for inference without the plotting stack Keras drags in.
+"""Import TensorFlow for inference without the Keras import it does not need.
 
-``import tensorflow`` eagerly imports Keras, and Keras's visualization helpers import
-``matplotlib.pyplot`` when it is installed (font tables, text layout, backends): about a
-sixth of TensorFlow's import time on the 2-vCPU VM, spent by every batch job before its
-first output, for plotting functions inference never calls. Keras guards that import with
-``except ImportError`` (its plotting helpers then say matplotlib is missing), so hiding
-pyplot for the duration of the import skips it. Afterwards pyplot imports normally for
-anyone who asks, user scripts included; only Keras's own ``plot_*`` gallery helpers keep
-the missing-matplotlib answer in that process.
+``import tensorflow`` ends with an eager ``import keras.src.optimizers`` (so that Keras 2
+optimizers registered themselves for SavedModel loading). Importing any ``keras``
+submodule runs ``keras/__init__.py``, which imports the whole Keras 3 API and with it
+scikit-learn, pandas and matplotlib when they are installed: about half of TensorFlow's
+import time on the 2-vCPU VM (benchmarks/transform/startup.md), paid by every batch job
+before its first output. Keras 3 registers nothing with TensorFlow's SavedModel registry,
+so ``tf.saved_model.load`` does not need it, and TensorFlow guards that import with
+``except ImportError``. So while TensorFlow imports, loading ``keras`` raises ImportError;
+afterwards it imports normally for anyone who asks (``tf.keras`` is a lazy attribute,
+user scripts may ``import keras``). ``matplotlib.pyplot`` is hidden the same way in case
+Keras was imported already.
+
+``TFBATCH_EAGER_KERAS=1`` turns this off (TensorFlow then imports Keras as it always does).
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
+import os
 import sys
 import threading
 
 _lock = threading.Lock()
 
 
+class _RefuseWhileImporting(importlib.abc.MetaPathFinder):
+    """Finds ``keras`` where it is (TensorFlow reads its folder) but refuses to run it."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.names:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None:
+            spec.loader = _Refuse(fullname)
+        return spec
+
+
+class _Refuse(importlib.abc.Loader):
+    def __init__(self, name: str):
+        self.name = name
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise ImportError(f"{self.name} is not imported while tfbatch imports TensorFlow; it loads on first use")
+
+
 def import_tensorflow():
-    """``tensorflow``, imported (once) without matplotlib.pyplot when nothing imported it yet."""
+    """``tensorflow``, imported (once) without Keras and matplotlib.pyplot when nothing imported them yet."""
     with _lock:
         if "tensorflow" in sys.modules:
             return sys.modules["tensorflow"]
         hide = "matplotlib.pyplot" not in sys.modules
         if hide:
             sys.modules["matplotlib.pyplot"] = None  # makes `import matplotlib.pyplot` raise ImportError
+        finder = None
+        if "keras" not in sys.modules and os.environ.get("TFBATCH_EAGER_KERAS", "") not in ("1", "true"):
+            finder = _RefuseWhileImporting(("keras",))
+            sys.meta_path.insert(0, finder)
         try:
             import tensorflow
         finally:
+            if finder is not None:
+                sys.meta_path.remove(finder)
             if hide and sys.modules.get("matplotlib.pyplot", 0) is None:
                 del sys.modules["matplotlib.pyplot"]
         return tensorflow

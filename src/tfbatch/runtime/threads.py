@@ -26,7 +26,9 @@ def configure_threads(settings: RuntimeSettings) -> bool:
     with _lock:
         if _applied == wanted:
             return True
-        import tensorflow as tf
+        from tfbatch.runtime.tf_import import import_tensorflow
+
+        tf = import_tensorflow()
 
         try:
             if wanted[0] is not None:

@@ -2,20 +2,38 @@
 
 ``run_job(spec, engine)`` runs a job on the Engine it is given; ``plan_transform`` shows
 what a run would do. Users call ``tfbatch.run_transform``, which picks the engine.
+
+The names below load on first use: ``tfbatch``'s parser imports ``tfbatch.transform.cli``
+for the flags, and ``tfbatch serve`` or ``--help`` should not pay for the job machinery.
 """
 
-from tfbatch.transform.engine import Engine
-from tfbatch.transform.job import plan_transform, run_job
-from tfbatch.transform.report import JobReport, ObjectResult, RecordFailure
-from tfbatch.transform.spec import TransformSpec, spec_from_create_transform_job
+from __future__ import annotations
 
-__all__ = [
-    "Engine",
-    "JobReport",
-    "ObjectResult",
-    "RecordFailure",
-    "TransformSpec",
-    "plan_transform",
-    "run_job",
-    "spec_from_create_transform_job",
-]
+from typing import Any
+
+_LAZY = {
+    "Engine": "tfbatch.transform.engine",
+    "JobReport": "tfbatch.transform.report",
+    "ObjectResult": "tfbatch.transform.report",
+    "RecordFailure": "tfbatch.transform.report",
+    "TransformSpec": "tfbatch.transform.spec",
+    "plan_transform": "tfbatch.transform.job",
+    "run_job": "tfbatch.transform.job",
+    "spec_from_create_transform_job": "tfbatch.transform.spec",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfbatch.transform' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

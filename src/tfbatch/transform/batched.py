@@ -75,7 +75,7 @@ class BatchLane:
     """Runs the objects of one instance in batches of ``batch_size`` through one servable."""
 
     def __init__(self, spec: Any, service: Any, ledger: Any, *, batch_size: int, workers: int,
-                 batches_ahead: int = 1, tuner: Any = None):
+                 batches_ahead: int = 1, tuner: Any = None, max_in_flight: int | None = None):
         self.spec = spec
         self.ledger = ledger
         self.batch_size = max(1, batch_size)
@@ -83,6 +83,8 @@ class BatchLane:
         self.tuner = tuner
         self._lock = threading.Lock()
         self.batches_ahead = max(1, batches_ahead)
+        # MaxConcurrentTransforms, when given, caps the objects submitted at once (never below one batch).
+        self.max_in_flight = max_in_flight
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
         (self.input_key,) = self.sig.inputs
@@ -140,7 +142,7 @@ class BatchLane:
             self.rows += len(items)
             self._histogram[len(items)] += 1
             if self.tuner is not None:
-                self.tuner.observe(len(items), seconds)
+                self.tuner.observe(len(items), started + seconds, time.process_time())  # completions
         return {k: np.asarray(v) for k, v in outputs.items()}
 
     def _write(self, items: list[_Item], outputs: dict[str, np.ndarray], started: float,
@@ -217,19 +219,22 @@ class BatchLane:
                 return None
             return writer.submit(self._write, good, outputs, started, finished, fallback)
 
-        batches: deque[Future] = deque()
+        batches: deque[tuple[int, Future]] = deque()
         writes: deque[Future] = deque()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="lane") as workers, \
                 ThreadPoolExecutor(1, thread_name_prefix="lane-write") as writer:
             def settle_one() -> None:
-                write = batches.popleft().result()
+                write = batches.popleft()[1].result()
                 if write is not None:
                     writes.append(write)
                 while writes and (writes[0].done() or len(writes) > self.workers + 1):
                     writes.popleft().result()
 
             for chunk in chunks():
-                batches.append(workers.submit(one_batch, chunk))
+                while self.max_in_flight and batches and \
+                        sum(n for n, _ in batches) + len(chunk) > self.max_in_flight:
+                    settle_one()
+                batches.append((len(chunk), workers.submit(one_batch, chunk)))
                 # Bounded: a few batches being read or run, plus a couple waiting for the disk.
                 while len(batches) >= self.workers + self.batches_ahead:
                     settle_one()
@@ -237,6 +242,13 @@ class BatchLane:
                 settle_one()
             for write in writes:
                 write.result()
+
+    @property
+    def in_flight_objects(self) -> int:
+        """Objects read or being run at most at once: the batches the driver keeps submitted."""
+        size = self.batch_size if self.tuner is None else self.tuner.chosen
+        natural = size * (self.workers + self.batches_ahead)
+        return min(natural, max(size, self.max_in_flight)) if self.max_in_flight else natural
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -250,6 +262,7 @@ class BatchLane:
             "max_batch_size": self.batch_size if self.tuner is None else self.tuner.chosen,
             "autotune": None if self.tuner is None else self.tuner.report(),
             "workers": self.workers,
+            "in_flight_objects": self.in_flight_objects,
             "objects_run_alone": self.fallbacks,
         }
 

@@ -49,6 +49,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invocations-timeout", type=int, help="InvocationsTimeoutInSeconds per request")
     p.add_argument("--invocations-max-retries", type=int, help="InvocationsMaxRetries per request")
     p.add_argument("--max-batch-size", type=int, help="model batch size formed across requests and files")
+    p.add_argument("--lane-workers", type=int,
+                   help="image jobs with no script: batches read, decoded and run at once "
+                        "(default: probed at the start, one per core or more)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "
@@ -92,7 +95,7 @@ def spec_from_args(args: argparse.Namespace):
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
         "engine", "follow_symlinks", "kms_key_id", "precision", "gpus_per_instance",
-        "retry_failed", "max_error_rate", "wait_lock", "handler_workers",
+        "retry_failed", "max_error_rate", "wait_lock", "handler_workers", "lane_workers",
     ]
     for name in names:
         value = getattr(args, name, None)

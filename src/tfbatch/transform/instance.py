@@ -44,6 +44,13 @@ def runtime_settings(spec: TransformSpec):
     )
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 class InstanceRunner:
     def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None):
         self.spec = spec
@@ -159,9 +166,10 @@ class InstanceRunner:
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe
 
-            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size)
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores())
         return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
-                         workers=max(2, os.cpu_count() or 1), tuner=tuner)
+                         workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
+                         max_in_flight=self.spec.max_concurrent_transforms)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.

@@ -166,6 +166,9 @@ class JobReport(_Counts):
                          f"{self.failed_to_process} failed to process (a resumed run retries them)")
         if self.stopped:
             lines.append(f"  stopped early: {self.stopped}")
+        for name, stats in self.batches.items():
+            if isinstance(stats, dict) and stats.get("lane") == "batch":
+                lines.append("  " + lane_choices(name, stats))
         for message in self.fatal:
             lines.append(f"  instance failed: {message}")
         for err in self.errors[:5]:
@@ -174,3 +177,12 @@ class JobReport(_Counts):
         if self.error_report:
             lines.append(f"  error report: {self.error_report}")
         return "\n".join(lines)
+
+
+def lane_choices(name: str, stats: dict[str, Any]) -> str:
+    """One line saying what the batch lane ran with and whether it chose that or was told to."""
+    tuned = stats.get("autotune") or {}
+    how = "auto-tuned" if tuned else "set by flags"
+    return (f"{name}: batch size {stats.get('max_batch_size')}, lane workers {stats.get('workers')}, "
+            f"up to {stats.get('in_flight_objects')} objects in flight ({how}; "
+            "--max-batch-size, --lane-workers and --max-concurrent-transforms override)")

@@ -74,6 +74,9 @@ class TransformSpec(BaseModel):
     # Model batch size chosen from the job's first batches (transform/autotune.py); None means
     # "yes unless max_batch_size was given", resolved once when the spec is built.
     autotune: bool | None = None
+    # Batches read, decoded (in the graph) and run at once in the batch lane; None: the
+    # autotuner's choice, else one per core (at least 2).
+    lane_workers: int | None = Field(default=None, ge=1, le=64)
     # Also redo objects an earlier run finished with recorded bad-input failures.
     retry_failed: bool = False
     # Stop the job (resumable) once more than this fraction of objects failed, counted after

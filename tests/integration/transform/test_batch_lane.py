@@ -79,6 +79,7 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
     # 11 objects in batches of the explicit size 4: no probing, 4 + 4 + 3.
     assert stats["batch_sizes"] == {"3": 1, "4": 2} or stats["batch_sizes"] == {3: 1, 4: 2}
     assert stats["autotune"] is None and stats["precision"] == "fp32"
+    assert "set by flags" in lane.summary()
     lane_outs, pair_outs = _outs(tmp_path / "lane"), _outs(tmp_path / "pair")
     assert len(lane_outs) == 11 and set(lane_outs) == set(pair_outs)
     for key, body in lane_outs.items():
@@ -114,18 +115,21 @@ def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, saved
 def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path, savedmodel):
     root = tmp_path / "in"
     root.mkdir()
-    # Warm-up 8 + two batches of each of 8, 16, 32, 64 = 248 objects of probing, then the rest.
-    for i in range(300):
+    # A run of four batches (two lead, two timed) at each of 8, 16, 32, 64 = 480 objects of
+    # probing (fewer if a size is far behind), then the rest.
+    for i in range(600):
         (root / f"{i:03d}.png").write_bytes(_png(i))
     report = run_transform(model=str(savedmodel.parent), input=str(root), output=str(tmp_path / "out"),
                            content_type="application/x-image")
     stats = _lane_stats(report)
     auto = stats["autotune"]
-    assert report.ok and report.succeeded == 300
+    assert report.ok and report.succeeded == 600
     assert auto["chosen"] in (8, 16, 32, 64) and stats["max_batch_size"] == auto["chosen"]
     assert set(auto["ms_per_row"]) == {"8", "16", "32", "64"} and auto["settled"]
+    assert auto["choices"] == [auto["chosen"]] and stats["workers"] >= 2
+    assert stats["in_flight_objects"] == auto["chosen"] * (stats["workers"] + 1)
     # Probe batches are real work: every object was answered exactly once.
-    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 300
+    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 600
 
 
 def test_scripts_split_jobs_and_json_keep_the_per_object_path(tmp_path, savedmodel, images):
@@ -206,3 +210,20 @@ def test_an_image_refused_by_its_header_never_enters_a_batch(tmp_path, savedmode
     stats = _lane_stats(report)
     assert stats["failed_batches"] == 0 and stats["objects_run_alone"] == 1
     assert "text.png" in (out / "_tfbatch" / "errors.jsonl").read_text()
+
+
+def test_flags_set_the_lanes_workers_and_cap_objects_in_flight(tmp_path, savedmodel, images):
+    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "o"),
+                           content_type="application/x-image", max_batch_size=4, lane_workers=3,
+                           max_concurrent_transforms=6)
+    stats = _lane_stats(report)
+    assert report.ok and report.succeeded == 11
+    # 6 objects in flight at most: one batch of 4 at a time, never the 16 that 3 workers + 1 allow.
+    assert stats["workers"] == 3 and stats["in_flight_objects"] == 6 and stats["autotune"] is None
+    assert _outs(tmp_path / "o") == _outs_of_default(tmp_path, savedmodel, images)
+
+
+def _outs_of_default(tmp_path: Path, savedmodel: Path, images: Path) -> dict[str, bytes]:
+    run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "d"),
+                  content_type="application/x-image", max_batch_size=4)
+    return _outs(tmp_path / "d")
