@@ -2,9 +2,12 @@
 
 An object goes to instance ``stable_hash(key) % instance_count`` (64-bit BLAKE2b, unchanged
 so that partitions, and the batches formed within them, stay what they were). The hash depends on the
-key alone (not on Python's per-process hash seed, listing order or sizes), so every
-instance can list the input itself and keep only its share — no coordinator ships object
-lists around, and a resumed job with the same count assigns objects the same way.
+key alone (not on Python's per-process hash seed, listing order or sizes), so a resumed job
+with the same count assigns objects the same way.
+
+A job lists its input once: ``JobInputs`` is that single pass, done keys dropped and each
+remaining object tagged with its instance; the engines stream it to their instances in
+bounded chunks (``iter_chunks``) instead of letting every instance list the prefix again.
 """
 
 from __future__ import annotations
@@ -84,6 +87,62 @@ class Partition:
                 self.skipped += 1
                 continue
             yield ref
+
+
+class JobInputs:
+    """The job's one listing pass: ``(instance, ref)`` for every object still to run.
+
+    Objects the ledger records as done are counted in ``skipped`` (per instance) and not
+    yielded. ``on_total`` receives the number of objects to run once the listing is
+    exhausted, so a progress bar gets its total without a second pass over the input.
+    Iterate it once.
+    """
+
+    def __init__(self, refs: Iterable[ObjectRef], instance_count: int, done=None, on_total=None):
+        self.refs, self.instance_count, self.done, self.on_total = refs, max(1, instance_count), done, on_total
+        self.skipped = [0] * self.instance_count
+        self.listed = 0
+        self.exhausted = False
+
+    @classmethod
+    def for_spec(cls, spec: TransformSpec, done=None, *, page_size: int | None = None, on_total=None) -> "JobInputs":
+        return cls(iter_inputs(spec, page_size=page_size), spec.instance_count, done, on_total)
+
+    def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
+        todo = 0
+        for i, ref, is_done in iter_assigned(self.refs, self.instance_count, self.done):
+            self.listed += 1
+            if is_done:
+                self.skipped[i] += 1
+                continue
+            todo += 1
+            yield i, ref
+        self.exhausted = True
+        if self.on_total is not None:
+            self.on_total(todo)
+
+
+def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, size: int = 256
+                ) -> Iterator[tuple[int, list[tuple[str, str, int | None]]]]:
+    """``(instance, chunk)`` from an assigned stream: each chunk holds up to ``size`` of that
+    instance's objects as plain ``(uri, key, size)`` tuples (cheap to pickle down a pipe),
+    in listing order; the last, partial chunks come once the stream ends."""
+    buffers: list[list[tuple[str, str, int | None]]] = [[] for _ in range(max(1, instance_count))]
+    for i, ref in pairs:
+        buffer = buffers[i]
+        buffer.append((ref.uri, ref.key, ref.size))
+        if len(buffer) >= size:
+            yield i, buffer
+            buffers[i] = []
+    for i, buffer in enumerate(buffers):
+        if buffer:
+            yield i, buffer
+
+
+def refs_from_chunks(chunks: Iterable[list[tuple[str, str, int | None]]]) -> Iterator[ObjectRef]:
+    for chunk in chunks:
+        for uri, key, size in chunk:
+            yield ObjectRef(uri, key, size)
 
 
 def iter_partition(spec: TransformSpec, instance: int, instance_count: int, done=None) -> Partition:
