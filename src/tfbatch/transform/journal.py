@@ -91,7 +91,8 @@ def journal_files(folder: str) -> list[ObjectRef]:
     return sorted(refs, key=lambda r: r.key)
 
 
-def read_records(ref: ObjectRef) -> Iterator[dict]:
+def read_raw_records(ref: ObjectRef) -> Iterator[tuple[bytes, dict]]:
+    """Each whole, parseable record with the line it was parsed from."""
     with open_read(ref.uri, size=ref.size) as f:
         for raw in f:
             if not raw.endswith(b"\n"):
@@ -101,7 +102,17 @@ def read_records(ref: ObjectRef) -> Iterator[dict]:
             except ValueError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("entries"), list):
-                yield record
+                yield raw, record
+
+
+def read_records(ref: ObjectRef) -> Iterator[dict]:
+    for _raw, record in read_raw_records(ref):
+        yield record
+
+
+def iter_raw_records(files: list[ObjectRef]) -> Iterator[tuple[bytes, dict]]:
+    for ref in files:
+        yield from read_raw_records(ref)
 
 
 def iter_records(files: list[ObjectRef]) -> Iterator[dict]:

@@ -104,16 +104,25 @@ class Ledger:
         done = KeyIndex()
         erred: set[str] = set()
         pending: list[str] = []
-        for record in journal.iter_records(journal.journal_files(self.folder)):
-            for entry in record["entries"]:
-                key = entry.get("k")
-                if not isinstance(key, str) or entry.get("retry"):
-                    continue  # failed to process: not done; an earlier success stays valid
-                pending.append(key)
-                if "e" in entry:
-                    erred.add(key)
-                elif erred:
-                    erred.discard(key)
+        for raw, record in journal.iter_raw_records(journal.journal_files(self.folder)):
+            entries = record["entries"]
+            if b'"e":' not in raw and b'"retry":' not in raw:
+                # The common record: every entry done, none with failures (neither field name
+                # occurs anywhere in the line), so no per-entry decisions are needed.
+                keys = [k for entry in entries if isinstance(k := entry.get("k"), str)]
+                pending.extend(keys)
+                if erred:
+                    erred.difference_update(keys)
+            else:
+                for entry in entries:
+                    key = entry.get("k")
+                    if not isinstance(key, str) or entry.get("retry"):
+                        continue  # failed to process: not done; an earlier success stays valid
+                    pending.append(key)
+                    if "e" in entry:
+                        erred.add(key)
+                    elif erred:
+                        erred.discard(key)
             if len(pending) >= 65536:
                 done.update(pending)
                 pending = []

@@ -12,20 +12,20 @@ bounded chunks (``iter_chunks``) instead of letting every instance list the pref
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+import numpy as np
+
 from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
-from tfbatch.transform.keyindex import KeyIndex, hash_keys
+from tfbatch.transform.keyindex import KeyIndex, local_hashes, partition_hash, partition_hashes
 from tfbatch.transform.spec import TransformSpec
 
 def instance_of(key: str, instance_count: int) -> int:
     if instance_count <= 1:
         return 0
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % instance_count
+    return partition_hash(key) % instance_count
 
 
 def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterator[ObjectRef]:
@@ -56,20 +56,34 @@ def _pages(refs: Iterable[ObjectRef], size: int = PAGE) -> Iterator[list[ObjectR
         yield page
 
 
+def iter_assigned_pages(refs: Iterable[ObjectRef], instance_count: int, done=None
+                        ) -> Iterator[tuple[list[ObjectRef], np.ndarray, np.ndarray]]:
+    """``(page, instance per ref, done per ref)``, a page of the listing at a time.
+
+    The per-page arrays let callers count and filter without a Python step per key; the
+    only per-key Python work left is one BLAKE2b call (partition and done index share it).
+    """
+    n = max(1, instance_count)
+    index = isinstance(done, KeyIndex) and bool(done)
+    for page in _pages(refs):
+        keys = [ref.key for ref in page] if n > 1 or done else None
+        hashed = partition_hashes(keys) if n > 1 or index else None
+        instances = (hashed % np.uint64(n)).astype(np.int64) if n > 1 else np.zeros(len(page), dtype=np.int64)
+        if not done:
+            flags = np.zeros(len(page), dtype=bool)
+        elif index:  # one vectorised lookup per page
+            flags = done.contains_hashes(hashed, local_hashes(keys))
+        elif hasattr(done, "contains_many"):
+            flags = np.asarray(done.contains_many(keys), dtype=bool)
+        else:
+            flags = np.fromiter((key in done for key in keys), dtype=bool, count=len(keys))
+        yield page, instances, flags
+
+
 def iter_assigned(refs: Iterable[ObjectRef], instance_count: int, done=None) -> Iterator[tuple[int, ObjectRef, bool]]:
     """(instance, ref, already done) for every listed object, streamed page by page."""
-    n = max(1, instance_count)
-    for page in _pages(refs):
-        instances = [instance_of(ref.key, n) for ref in page] if n > 1 else [0] * len(page)
-        if not done:
-            flags = [False] * len(page)
-        elif isinstance(done, KeyIndex):  # one vectorised lookup per page
-            flags = done.contains_hashes(*hash_keys([ref.key for ref in page])).tolist()
-        elif hasattr(done, "contains_many"):
-            flags = done.contains_many([ref.key for ref in page]).tolist()
-        else:
-            flags = [ref.key in done for ref in page]
-        yield from zip(instances, page, flags)
+    for page, instances, flags in iter_assigned_pages(refs, instance_count, done):
+        yield from zip(instances.tolist(), page, flags.tolist())
 
 
 class Partition:
@@ -110,27 +124,33 @@ class JobInputs:
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
         todo = 0
-        for i, ref, is_done in iter_assigned(self.refs, self.instance_count, self.done):
-            self.listed += 1
-            if is_done:
-                self.skipped[i] += 1
-                continue
-            todo += 1
-            yield i, ref
+        n = self.instance_count
+        for page, instances, flags in iter_assigned_pages(self.refs, n, self.done):
+            self.listed += len(page)
+            if flags.any():
+                for i, count in enumerate(np.bincount(instances[flags], minlength=n).tolist()):
+                    self.skipped[i] += count
+                run = np.flatnonzero(~flags).tolist()
+                todo += len(run)
+                page_instances = instances.tolist()
+                for j in run:
+                    yield page_instances[j], page[j]
+            else:
+                todo += len(page)
+                yield from zip(instances.tolist(), page)
         self.exhausted = True
         if self.on_total is not None:
             self.on_total(todo)
 
 
 def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, size: int = 256
-                ) -> Iterator[tuple[int, list[tuple[str, str, int | None]]]]:
+                ) -> Iterator[tuple[int, list[ObjectRef]]]:
     """``(instance, chunk)`` from an assigned stream: each chunk holds up to ``size`` of that
-    instance's objects as plain ``(uri, key, size)`` tuples (cheap to pickle down a pipe),
-    in listing order; the last, partial chunks come once the stream ends."""
-    buffers: list[list[tuple[str, str, int | None]]] = [[] for _ in range(max(1, instance_count))]
+    instance's objects in listing order; the last, partial chunks come once the stream ends."""
+    buffers: list[list[ObjectRef]] = [[] for _ in range(max(1, instance_count))]
     for i, ref in pairs:
         buffer = buffers[i]
-        buffer.append((ref.uri, ref.key, ref.size))
+        buffer.append(ref)
         if len(buffer) >= size:
             yield i, buffer
             buffers[i] = []
@@ -139,10 +159,9 @@ def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, siz
             yield i, buffer
 
 
-def refs_from_chunks(chunks: Iterable[list[tuple[str, str, int | None]]]) -> Iterator[ObjectRef]:
+def refs_from_chunks(chunks: Iterable[list[ObjectRef]]) -> Iterator[ObjectRef]:
     for chunk in chunks:
-        for uri, key, size in chunk:
-            yield ObjectRef(uri, key, size)
+        yield from chunk
 
 
 def iter_partition(spec: TransformSpec, instance: int, instance_count: int, done=None) -> Partition:
