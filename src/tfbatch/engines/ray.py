@@ -191,11 +191,13 @@ class _Job:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, inputs: JobInputs | None = None) -> list[InstanceSummary]:
-        ledger = Ledger.for_spec(self.spec)
         if inputs is None:
+            ledger = Ledger.for_spec(self.spec)
             done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
             inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
-        self.with_errors = ledger.keys_with_errors()
+            self.with_errors = ledger.keys_with_errors()
+        else:
+            self.with_errors = set()  # the job's pass: the ledger was read once, by the job
         self.actors = self._start_actors()
         self.ready = {a.ready.remote(): i for i, a in enumerate(self.actors)}
         try:

@@ -141,10 +141,14 @@ class InstanceRunner:
         """
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
-        done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
-        with_errors = self.ledger.keys_with_errors()
         partition = None
-        if refs is None:
+        if refs is not None:
+            # The job's listing pass (engines) already dropped done objects after reading the
+            # ledger once; reading it again per instance costs a listing and its journals.
+            done, with_errors = set(), set()
+        else:
+            done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+            with_errors = self.ledger.keys_with_errors()
             # Done objects are filtered page by page against the ledger's index (not one lookup each).
             refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
         lock = threading.Lock()

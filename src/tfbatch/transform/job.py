@@ -75,8 +75,11 @@ def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: Outp
     )
     lock = threading.Lock()
     stop = threading.Event()
+    saw_failures = threading.Event()
 
     def emit(result: ObjectResult) -> None:
+        if result.failures or not result.ok:
+            saw_failures.set()
         with lock:
             report.count(result)
             if not result.ok:
@@ -113,7 +116,11 @@ def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: Outp
     if output_lock.lost:
         report.fatal.append(output_lock.lost)
     ledger.compact()
-    report.error_report = ledger.write_error_report()
+    # Standing failures can only exist if the ledger had some when loaded or this run saw one;
+    # a fatal instance may have committed entries whose results never reached this process.
+    report.error_report = ledger.write_error_report(
+        failures_possible=bool(erred) or saw_failures.is_set() or bool(report.fatal)
+        or any(s.fatal for s in summaries))
     if earlier_failures:
         report.fatal.append(
             f"{earlier_failures} objects finished with failed records in an earlier run (see the error report); "

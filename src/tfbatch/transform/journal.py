@@ -127,17 +127,21 @@ def iter_entries(files: list[ObjectRef]) -> Iterator[dict]:
                 yield entry
 
 
-def compact(folder: str, run: str) -> str | None:
-    """Fold every journal into one file named for ``run``; delete what it absorbed."""
+def compact(folder: str, run: str, *, min_files: int = 2) -> list[ObjectRef]:
+    """Fold every journal into one file named for ``run``, once there are ``min_files`` of
+    them; delete what it absorbed. Returns the journal files left (one listing in all)."""
     files = journal_files(folder)
-    if len(files) <= 1:
-        return files[0].uri if files else None
+    if len(files) < max(2, min_files):
+        return files
+    written = 0
 
     def lines() -> Iterator[bytes]:
+        nonlocal written
         for ref in files:
             with open_read(ref.uri, size=ref.size) as f:
                 for raw in f:
                     if raw.endswith(b"\n"):
+                        written += len(raw)
                         yield raw
 
     target = join(folder, compact_name(run))
@@ -145,4 +149,4 @@ def compact(folder: str, run: str) -> str | None:
     for ref in files:
         if ref.uri != target:
             delete(ref.uri)
-    return target
+    return [ObjectRef(target, compact_name(run), written)]

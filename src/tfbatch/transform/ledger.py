@@ -46,6 +46,11 @@ GROUP_SIZE = 256
 INTERVAL_S = 1.0
 # On object stores each group is a PUT (and a GET and DELETE when compacted): fewer, fuller groups.
 REMOTE_INTERVAL_S = 10.0
+# On object stores compaction costs a GET and a DELETE per journal object, so a job folds
+# its journals only once there are this many (a resume then reads at most this many small
+# objects, all in one listing page). Local journals are one appended file per instance and
+# run, and are always folded.
+REMOTE_COMPACT_FILES = 64
 
 
 def _env_number(name: str, default, kind):
@@ -88,6 +93,8 @@ class Ledger:
         self.commit_error: BaseException | None = None
         self.groups_committed = 0
         self._state: tuple[KeyIndex, set[str]] | None = None
+        self._error_report_found: bool | None = None  # seen in the load's listing
+        self._journals_after_compact: list | None = None
 
     @classmethod
     def for_spec(cls, spec: TransformSpec, **kwargs) -> "Ledger":
@@ -104,7 +111,7 @@ class Ledger:
         done = KeyIndex()
         erred: set[str] = set()
         pending: list[str] = []
-        for raw, record in journal.iter_raw_records(journal.journal_files(self.folder)):
+        for raw, record in journal.iter_raw_records(self._scan()):
             entries = record["entries"]
             if b'"e":' not in raw and b'"retry":' not in raw:
                 # The common record: every entry done, none with failures (neither field name
@@ -129,6 +136,21 @@ class Ledger:
         done.update(pending)
         return done, erred
 
+    def _scan(self) -> list:
+        """The journals, from one listing of the job's bookkeeping folder, which also says
+        whether an error report is there (so a clean job need not delete one blindly)."""
+        from tfbatch.storage import ObjectRef, list_prefix
+
+        base = f"ledger/{self.fingerprint}/"
+        journals, found = [], False
+        for ref in list_prefix(self.root.rstrip("/") + "/"):
+            if ref.key == "errors.jsonl":
+                found = True
+            elif ref.key.startswith(base) and ref.key.endswith(".jsonl") and "/" not in ref.key[len(base):]:
+                journals.append(ObjectRef(ref.uri, ref.key[len(base):], ref.size))
+        self._error_report_found = found
+        return sorted(journals, key=lambda r: r.key)
+
     def _loaded(self) -> tuple[KeyIndex, set[str]]:
         if self._state is None:
             self._state = self.load()
@@ -149,7 +171,9 @@ class Ledger:
         the number of objects: which keys ever failed, where each one's latest entry is,
         then those entries.
         """
-        files = journal.journal_files(self.folder)
+        files = self._journals_after_compact
+        if files is None:
+            files = journal.journal_files(self.folder)
         failed = {key_hash(e["k"]) for e in journal.iter_entries(files) if e.get("e")}
         if not failed:
             return
@@ -237,12 +261,25 @@ class Ledger:
                 self._writer.close()
 
     def compact(self) -> str | None:
-        return journal.compact(self.folder, self.run)
+        """Fold the journals (see REMOTE_COMPACT_FILES); the error report reuses the listing."""
+        min_files = 2 if is_local(self.output) else REMOTE_COMPACT_FILES
+        files = journal.compact(self.folder, self.run, min_files=min_files)
+        self._journals_after_compact = files
+        return files[0].uri if len(files) == 1 else None
 
-    def write_error_report(self) -> str | None:
-        """Gather every standing failure into ``errors.jsonl``; None when there are none."""
+    def write_error_report(self, *, failures_possible: bool = True) -> str | None:
+        """Gather every standing failure into ``errors.jsonl``; None when there are none.
+
+        ``failures_possible=False`` is the caller's word that no loaded entry had failures
+        and no object of this run reported any: then the journals are not read again, and
+        an error report is deleted only if the load's listing saw one.
+        """
         from tfbatch.storage import atomic_write
 
+        if not failures_possible and self._error_report_found is not None:
+            if self._error_report_found:
+                delete(self.error_report_uri)
+            return None
         lines = self.iter_error_lines()
         first = next(lines, None)
         if first is None:
