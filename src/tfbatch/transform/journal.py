@@ -91,28 +91,36 @@ def journal_files(folder: str) -> list[ObjectRef]:
     return sorted(refs, key=lambda r: r.key)
 
 
-def read_raw_records(ref: ObjectRef) -> Iterator[tuple[bytes, dict]]:
-    """Each whole, parseable record with the line it was parsed from."""
+def read_lines(ref: ObjectRef) -> Iterator[bytes]:
+    """Each whole line (a torn final append has no newline and is left out)."""
     with open_read(ref.uri, size=ref.size) as f:
         for raw in f:
             if not raw.endswith(b"\n"):
-                return  # a torn final append
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("entries"), list):
-                yield raw, record
+                return
+            yield raw
+
+
+def parse_record(raw: bytes) -> dict | None:
+    """A line's record, or None if it is not one (cut off, or not ours)."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(record, dict) and isinstance(record.get("entries"), list):
+        return record
+    return None
 
 
 def read_records(ref: ObjectRef) -> Iterator[dict]:
-    for _raw, record in read_raw_records(ref):
-        yield record
+    for raw in read_lines(ref):
+        record = parse_record(raw)
+        if record is not None:
+            yield record
 
 
-def iter_raw_records(files: list[ObjectRef]) -> Iterator[tuple[bytes, dict]]:
+def iter_lines(files: list[ObjectRef]) -> Iterator[bytes]:
     for ref in files:
-        yield from read_raw_records(ref)
+        yield from read_lines(ref)
 
 
 def iter_records(files: list[ObjectRef]) -> Iterator[dict]:

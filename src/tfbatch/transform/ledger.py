@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
 
@@ -111,18 +112,18 @@ class Ledger:
         done = KeyIndex()
         erred: set[str] = set()
         pending: list[str] = []
-        for raw, record in journal.iter_raw_records(self._scan()):
-            entries = record["entries"]
-            if b'"e":' not in raw and b'"retry":' not in raw:
-                # The common record: every entry done, none with failures (neither field name
-                # occurs anywhere in the line), so no per-entry decisions are needed.
-                keys = [k for entry in entries if isinstance(k := entry.get("k"), str)]
+        for raw in journal.iter_lines(self._scan()):
+            keys = _plain_done_keys(raw)
+            if keys is not None:
                 pending.extend(keys)
                 if erred:
                     erred.difference_update(keys)
             else:
-                for entry in entries:
-                    key = entry.get("k")
+                record = journal.parse_record(raw)
+                if record is None:
+                    continue  # cut off by a kill: its objects are redone
+                for entry in record["entries"]:
+                    key = entry.get("k") if isinstance(entry, dict) else None
                     if not isinstance(key, str) or entry.get("retry"):
                         continue  # failed to process: not done; an earlier success stays valid
                     pending.append(key)
@@ -296,6 +297,30 @@ class Ledger:
     def write_report(self, report: dict) -> str:
         write_text(self.report_uri, json.dumps(report, indent=2, sort_keys=True) + "\n")
         return self.report_uri
+
+
+_PLAIN_KEY = re.compile(r'"k":"([^"]*)"')
+
+
+def _plain_done_keys(raw: bytes) -> list[str] | None:
+    """The keys of a record line in the common shape, without parsing it as JSON; else None.
+
+    The common shape: a whole record as ``flush`` writes it (compact separators) whose
+    entries are all done with no failures (neither ``"e":`` nor ``"retry":`` occurs) and
+    with no backslash anywhere. With no escapes, every ``"`` in the line delimits a
+    string, so the ``"k":"..."`` matches are exactly the entries' keys, in order; the match
+    count is checked against the ``"k":`` field count. Resuming a 10M-object job parses
+    most of its ledger this way, several times faster than ``json.loads``.
+    """
+    if (not raw.startswith(b'{"entries":[') or not raw.endswith(b"]}\n") or b"\\" in raw
+            or b'"e":' in raw or b'"retry":' in raw):
+        return None
+    try:
+        line = raw.decode("ascii")  # json.dumps escapes every non-ASCII character
+    except UnicodeDecodeError:
+        return None
+    found = _PLAIN_KEY.findall(line)
+    return found if len(found) == line.count('"k":') else None
 
 
 class _Without:

@@ -48,3 +48,32 @@ def test_chunks_are_bounded_per_instance_and_lose_nothing():
     for i in range(4):
         mine = [chunk for j, chunk in chunks if j == i]
         assert list(refs_from_chunks(mine)) == [r for j, r in pairs if j == i]
+
+
+def test_ledger_load_reads_plain_and_escaped_records_alike(tmp_path):
+    """The unparsed fast path for common records must agree with JSON parsing on every key."""
+    import json
+
+    from tfbatch.transform.ledger import Ledger, _plain_done_keys
+    from tfbatch.transform.report import ObjectResult, RecordFailure
+
+    ledger = Ledger(str(tmp_path), "fp", group_size=3)
+    keys = ["a", "b/c.jpg", "k", "x" * 300, "e", "f", 'q"uote', "back\\slash", "é", '"k":', "d"]
+    for key in keys:
+        ledger.record(ObjectResult(key=key, ok=True, records=1, written=True))
+    bad = RecordFailure.from_exception("bad", None, None, ValueError("not an image"))
+    ledger.record(ObjectResult(key="bad", ok=False, failed_records=1, failures=[bad]))
+    lost = RecordFailure.from_exception("lost", None, None, ConnectionResetError("reset"))
+    ledger.record(ObjectResult(key="lost", ok=False, failed_records=1, failures=[lost]))
+    ledger.record(ObjectResult(key="bad", ok=True, records=1, written=True))  # fixed on a later try
+    ledger.close()
+    (journal,) = (tmp_path / "_tfbatch/ledger/fp").iterdir()
+    lines = journal.read_bytes().splitlines(keepends=True)
+    plain = [line for line in lines if _plain_done_keys(line) is not None]
+    assert plain and len(plain) < len(lines)  # both paths are exercised
+    for line in plain:
+        assert _plain_done_keys(line) == [e["k"] for e in json.loads(line)["entries"]]
+    assert _plain_done_keys(b'{"entries":[{"k": "spaced"}]}\n') is None  # unknown shape: parsed
+    done, erred = Ledger(str(tmp_path), "fp").load()
+    assert [k in done for k in [*keys, "bad", "lost"]] == [True] * (len(keys) + 1) + [False]
+    assert erred == set()
