@@ -91,6 +91,7 @@ class Ledger:
         self._writer: journal.JournalWriter | None = None
         self._flusher: threading.Thread | None = None
         self._closed = threading.Event()
+        self._full = threading.Event()  # a whole group is queued: commit it now
         self.commit_error: BaseException | None = None
         self.groups_committed = 0
         self._state: tuple[KeyIndex, set[str]] | None = None
@@ -224,20 +225,34 @@ class Ledger:
                                                  name=f"ledger-commit-{self.instance}")
                 self._flusher.start()
         if full:
-            self.flush()
+            # Committed on the commit thread: the caller (the batch lane's one writer) goes on
+            # writing outputs while the group's syncfs and journal fsync run.
+            self._full.set()
 
     def _flush_loop(self) -> None:
-        while not self._closed.wait(self.interval_s):
+        while not self._closed.is_set():
+            full = self._full.wait(self.interval_s)
+            self._full.clear()
+            if self._closed.is_set():
+                return  # close() commits the rest
             try:
-                self.flush()
+                self.flush(whole_groups=full)
             except Exception:  # kept in commit_error; the next record() raises it
                 log.exception("ledger group commit failed")
 
-    def flush(self) -> int:
-        """Commit what is queued: outputs durable first, then one journal record. Returns its size."""
+    def flush(self, *, whole_groups: bool = False) -> int:
+        """Commit what is queued: outputs durable first, then one journal record. Returns its size.
+
+        ``whole_groups``: only as many entries as make whole groups of ``group_size`` (the
+        rest wait for the next group or the interval).
+        """
         with self._commit_lock:
             with self._lock:
-                group, self._pending = self._pending, []
+                if whole_groups:
+                    cut = len(self._pending) // self.group_size * self.group_size
+                    group, self._pending = self._pending[:cut], self._pending[cut:]
+                else:
+                    group, self._pending = self._pending, []
             if not group:
                 return 0
             try:
@@ -255,6 +270,7 @@ class Ledger:
 
     def close(self) -> None:
         self._closed.set()
+        self._full.set()  # wake the commit thread so it exits
         try:
             self.flush()
         finally:

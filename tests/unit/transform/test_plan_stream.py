@@ -57,10 +57,12 @@ def test_ledger_load_reads_plain_and_escaped_records_alike(tmp_path):
     from tfbatch.transform.ledger import Ledger, _plain_done_keys
     from tfbatch.transform.report import ObjectResult, RecordFailure
 
-    ledger = Ledger(str(tmp_path), "fp", group_size=3)
+    ledger = Ledger(str(tmp_path), "fp", interval_s=3600)
     keys = ["a", "b/c.jpg", "k", "x" * 300, "e", "f", 'q"uote', "back\\slash", "é", '"k":', "d"]
-    for key in keys:
+    for n, key in enumerate(keys):
         ledger.record(ObjectResult(key=key, ok=True, records=1, written=True))
+        if n % 3 == 2:
+            ledger.flush()  # records of three: some plain, some with escapes
     bad = RecordFailure.from_exception("bad", None, None, ValueError("not an image"))
     ledger.record(ObjectResult(key="bad", ok=False, failed_records=1, failures=[bad]))
     lost = RecordFailure.from_exception("lost", None, None, ConnectionResetError("reset"))
