@@ -1,9 +1,10 @@
 """One instance of a transform job: the model loaded once, its share of objects run through it.
 
-An instance lists the input itself and keeps the objects that hash to it (see plan.py),
-skips those the ledger records as finished, and keeps a bounded number of objects in
-flight: the listing is consumed lazily, so memory does not grow with the number of input
-objects. Objects in flight x payloads each feed the shared invocation pool, whose size
+An instance runs the objects an engine hands it from the job's one listing pass (see
+plan.py: done objects already dropped), or, given none, lists the input itself, keeps the
+objects that hash to it and skips those the ledger records as finished. It keeps a
+bounded number of objects in flight: the listing is consumed lazily, so memory does not
+grow with the number of input objects. Objects in flight x payloads each feed the shared invocation pool, whose size
 sets how many requests the model server's batcher can coalesce into one model batch.
 
 The runner needs only the spec and its (instance, count) pair, so a Ray actor can host it
