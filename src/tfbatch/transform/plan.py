@@ -19,6 +19,7 @@ from itertools import islice
 import numpy as np
 
 from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
+from tfbatch.storage.listing import DEFAULT_PAGE_SIZE
 from tfbatch.transform.keyindex import KeyIndex, local_hashes, partition_hash, partition_hashes
 from tfbatch.transform.spec import TransformSpec
 
@@ -56,7 +57,7 @@ def _pages(refs: Iterable[ObjectRef], size: int = PAGE) -> Iterator[list[ObjectR
         yield page
 
 
-def iter_assigned_pages(refs: Iterable[ObjectRef], instance_count: int, done=None
+def iter_assigned_pages(refs: Iterable[ObjectRef], instance_count: int, done=None, *, page_size: int = PAGE
                         ) -> Iterator[tuple[list[ObjectRef], np.ndarray, np.ndarray]]:
     """``(page, instance per ref, done per ref)``, a page of the listing at a time.
 
@@ -65,7 +66,7 @@ def iter_assigned_pages(refs: Iterable[ObjectRef], instance_count: int, done=Non
     """
     n = max(1, instance_count)
     index = isinstance(done, KeyIndex) and bool(done)
-    for page in _pages(refs):
+    for page in _pages(refs, page_size):
         keys = [ref.key for ref in page] if n > 1 or done else None
         hashed = partition_hashes(keys) if n > 1 or index else None
         instances = (hashed % np.uint64(n)).astype(np.int64) if n > 1 else np.zeros(len(page), dtype=np.int64)
@@ -112,20 +113,24 @@ class JobInputs:
     Iterate it once.
     """
 
-    def __init__(self, refs: Iterable[ObjectRef], instance_count: int, done=None, on_total=None):
+    def __init__(self, refs: Iterable[ObjectRef], instance_count: int, done=None, on_total=None, *,
+                 page_size: int = DEFAULT_PAGE_SIZE):
         self.refs, self.instance_count, self.done, self.on_total = refs, max(1, instance_count), done, on_total
+        # Keys are assigned a listing page at a time, never more: work starts after the first page.
+        self.page_size = page_size
         self.skipped = [0] * self.instance_count
         self.listed = 0
         self.exhausted = False
 
     @classmethod
     def for_spec(cls, spec: TransformSpec, done=None, *, page_size: int | None = None, on_total=None) -> "JobInputs":
-        return cls(iter_inputs(spec, page_size=page_size), spec.instance_count, done, on_total)
+        size = page_size or DEFAULT_PAGE_SIZE
+        return cls(iter_inputs(spec, page_size=size), spec.instance_count, done, on_total, page_size=size)
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
         todo = 0
         n = self.instance_count
-        for page, instances, flags in iter_assigned_pages(self.refs, n, self.done):
+        for page, instances, flags in iter_assigned_pages(self.refs, n, self.done, page_size=self.page_size):
             self.listed += len(page)
             if flags.any():
                 for i, count in enumerate(np.bincount(instances[flags], minlength=n).tolist()):
