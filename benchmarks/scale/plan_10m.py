@@ -6,9 +6,9 @@ job writes, then compacted, as a killed-and-resumed job would find them. Each ph
 in its own child process so its peak RSS is its own:
 
 1. ``write``: the earlier run's ledger, ``--done`` of the objects finished (not measured).
-2. ``resume``: load the ledger (one listing, a few files), plan every object (counts per
-   instance, done or not), then stream instance 0's partition of objects still to run —
-   all that happens before the first object of a resumed job is read.
+2. ``resume``: load the ledger (one listing, a few files), then the job's one pass over the
+   listing (``plan.JobInputs``: instance and done check per key) cut into the chunks the
+   local engine sends its workers — the driver's whole share of a resumed job.
 
     python -m benchmarks.scale.plan_10m --objects 10000000 --done 0.5 --instances 4
 """
@@ -33,7 +33,7 @@ def fake_listing(n: int) -> Iterator[ObjectRef]:
     """Keys in listing order, 1,000 folders of 10,000 objects, sizes like small JPEGs."""
     for i in range(n):
         key = f"shard-{i // 10000:05d}/img-{i:09d}.jpg"
-        yield ObjectRef(uri="s3://bucket/in/" + key, key=key, size=30000 + i % 1000)
+        yield ObjectRef("s3://bucket/in/" + key, key, 30000 + i % 1000)
 
 
 def write_ledger(output: str, n: int, done_fraction: float, group: int) -> None:
@@ -61,31 +61,33 @@ def write_ledger(output: str, n: int, done_fraction: float, group: int) -> None:
 
 def resume(output: str, n: int, instances: int) -> dict:
     from tfbatch.transform.ledger import Ledger
-    from tfbatch.transform.plan import iter_assigned
+    from tfbatch.transform.plan import JobInputs, iter_chunks
 
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     ledger = Ledger(output, "bench")
     done = ledger.done_keys()
-    t1 = time.monotonic()
-    # One pass over the listing: every key assigned to its instance and checked against the
-    # ledger, counted for the plan, and instance 0's keys still to run handed on as a stream.
-    objects, already, todo0 = [0] * instances, [0] * instances, 0
-    for i, _ref, is_done in iter_assigned(fake_listing(n), instances, done):
-        objects[i] += 1
-        if is_done:
-            already[i] += 1
-        elif i == 0:
-            todo0 += 1
-    t2 = time.monotonic()
+    len(done)  # the index is sorted on first use; count that here, not in the pass
+    t1, c1 = time.monotonic(), time.process_time()
+    # The job's one pass over the listing, as the local engine's feeder makes it: every key
+    # assigned to its instance and checked against the ledger, and the keys still to run cut
+    # into the chunks each worker is sent.
+    inputs = JobInputs(fake_listing(n), instances, done)
+    todo = [0] * instances
+    for i, chunk in iter_chunks(inputs, instances):
+        todo[i] += len(chunk)
+    t2, c2 = time.monotonic(), time.process_time()
     listing_only = sum(1 for _ in fake_listing(n))  # the listing's own cost, for scale
-    t3 = time.monotonic()
+    t3, c3 = time.monotonic(), time.process_time()
     return {
         "objects": n, "instances": instances, "done": len(done), "done_index_mb": round(done.nbytes() / 2**20, 1),
-        "planned": sum(objects), "planned_done": sum(already), "instance0_todo": todo0,
+        "planned": inputs.listed, "planned_done": sum(inputs.skipped), "todo_per_instance": todo,
         "ledger_files": len(os.listdir(ledger.folder)),
         "load_ledger_s": round(t1 - t0, 2), "plan_and_stream_s": round(t2 - t1, 2),
         "total_s": round(t2 - t0, 2),
         "of_which_fake_listing_s": round(t3 - t2, 2) if listing_only == n else None,
+        # CPU seconds of this process: on a shared VM, wall time also counts waiting for a core.
+        "load_ledger_cpu_s": round(c1 - c0, 2), "plan_and_stream_cpu_s": round(c2 - c1, 2),
+        "total_cpu_s": round(c2 - c0, 2), "of_which_fake_listing_cpu_s": round(c3 - c2, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 

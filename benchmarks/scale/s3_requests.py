@@ -47,7 +47,14 @@ def main(argv: list[str] | None = None) -> int:
             assert report.ok, report.summary()
             counts = dict(sorted(proxy.requests.items()))
             per_1000 = {op: round(c * 1000 / n, 1) for op, c in counts.items()}
-            result[run] = {"objects_processed": report.objects, "requests": counts, "per_1000_objects": per_1000}
+            # Everything that is not an input read or an output write, by request: the bookkeeping.
+            data = lambda method, path: ((method == "GET" and path.startswith("/scale/in/"))  # noqa: E731
+                                         or (method == "PUT" and path.startswith("/scale/out/")
+                                             and path.endswith(".out")))
+            bookkeeping = sorted(f"{method} {path} x{c}" for (method, path), c in proxy.by_path.items()
+                                 if not data(method, path))
+            result[run] = {"objects_processed": report.objects, "requests": counts, "per_1000_objects": per_1000,
+                           "bookkeeping_requests": bookkeeping}
     fresh = result["fresh"]["requests"]
     data_path = 2 * n  # one GET of the input and one PUT of the output per object
     bookkeeping = sum(fresh.values()) - data_path

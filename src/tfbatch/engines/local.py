@@ -3,6 +3,13 @@
 One instance runs in the calling process (no start-up cost beyond loading the model).
 ``instance_count`` N > 1 starts N processes with the *spawn* context — TensorFlow's
 threads do not survive ``fork`` — and each loads the model once and runs its partition.
+
+The input is listed once, here in the parent (``plan.JobInputs``): a feeder thread hands
+each worker its objects in chunks down a bounded queue of its own, so no worker lists the
+prefix, and memory stays flat however long the listing (at most ``CHUNKS_QUEUED`` chunks
+per worker in flight). Workers still read the ledger for their own group commits, and a
+resumed job drops done objects in the parent before they are sent.
+
 Workers send typed, picklable messages back over one queue: an ``ObjectResult`` per object
 and an ``InstanceSummary`` at the end (a failure to even start becomes a summary with
 ``fatal`` set). A worker whose parent dies (SIGKILL of the CLI) exits on its own, so a
@@ -19,15 +26,30 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tfbatch.runtime.placement import count_nvidia_gpus, instance_env, partition_gpus, visible_gpus
+from tfbatch.storage import ObjectRef
 from tfbatch.transform.engine import Emit
+from tfbatch.transform.plan import JobInputs, iter_chunks, refs_from_chunks
 from tfbatch.transform.report import InstanceSummary, ObjectResult
 from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
+
+CHUNK = 256  # objects per message to a worker
+CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
+END = None  # the last message on a worker's key queue
+
+
+def job_inputs(spec: TransformSpec) -> JobInputs:
+    """The listing pass an engine makes when the job did not hand it one."""
+    from tfbatch.transform.ledger import Ledger
+
+    done = Ledger.for_spec(spec).done_keys(retry_failed=spec.retry_failed) if spec.resume else set()
+    return JobInputs.for_spec(spec, done)
 
 
 @dataclass(frozen=True)
@@ -36,23 +58,34 @@ class LocalEngine:
 
     name: ClassVar[str] = "local"
 
-    def run(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
+    def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
+            ) -> list[InstanceSummary]:
         devices = gpu_plan(spec)
+        inputs = inputs if inputs is not None else job_inputs(spec)
         if spec.instance_count == 1:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
                 os.environ.update(instance_env(devices[0]))
-            return [_run_instance(spec, 0, 1, emit, stop)]
-        return self._run_processes(spec, emit, devices, stop)
+            summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs))
+            summary.skipped += inputs.skipped[0]
+            return [summary]
+        summaries = self._run_processes(spec, emit, devices, stop, inputs)
+        for s in summaries:
+            s.skipped += inputs.skipped[s.instance]
+        return summaries
 
-    def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]], stop=None) -> list[InstanceSummary]:
+    def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]], stop,
+                       inputs: JobInputs) -> list[InstanceSummary]:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
         shared_stop = ctx.Event()
+        keys = [ctx.Queue(maxsize=CHUNKS_QUEUED) for _ in range(spec.instance_count)]
+        for q in keys:
+            q.cancel_join_thread()  # a worker that died never drains its queue; do not wait on it at exit
         procs = [
             ctx.Process(
                 target=_worker_main,
                 args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), instance_env(devices[i]),
-                      shared_stop),
+                      shared_stop, keys[i]),
                 name=f"tfbatch-instance-{i}",
                 daemon=True,
             )
@@ -60,6 +93,8 @@ class LocalEngine:
         ]
         for p in procs:
             p.start()
+        feeder = _Feeder(inputs, keys, procs, shared_stop)
+        threading.Thread(target=feeder.run, daemon=True, name="list-inputs").start()
         summaries: dict[int, InstanceSummary] = {}
         try:
             while len(summaries) < len(procs):
@@ -75,6 +110,7 @@ class LocalEngine:
                 elif isinstance(message, InstanceSummary):
                     summaries[message.instance] = message
         finally:
+            feeder.abandon.set()
             for p in procs:
                 p.join(timeout=10)
                 if p.is_alive():
@@ -91,7 +127,57 @@ class LocalEngine:
                     summaries[i] = InstanceSummary(instance=i, fatal=f"instance {i} exited with code {p.exitcode}")
 
 
-def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None) -> InstanceSummary:
+class _Feeder:
+    """Walks the job's listing once and puts each worker's chunks on that worker's queue.
+
+    A put waits while the worker's queue is full (that is the memory bound), but gives up on
+    a worker that has exited (its partition is not run, as before) and stops listing once
+    the job stops. A listing error goes to every worker, which reports it as its failure.
+    """
+
+    def __init__(self, inputs: JobInputs, queues: list, procs: list, stop):
+        self.inputs, self.queues, self.procs, self.stop = inputs, queues, procs, stop
+        self.abandon = threading.Event()  # the parent is done with the workers
+
+    def _put(self, i: int, message) -> None:
+        while not self.abandon.is_set():
+            try:
+                self.queues[i].put(message, timeout=0.2)
+                return
+            except queue.Full:
+                if not self.procs[i].is_alive():
+                    return
+
+    def run(self) -> None:
+        end = END
+        try:
+            for i, chunk in iter_chunks(self.inputs, len(self.queues), CHUNK):
+                if self.stop.is_set() or self.abandon.is_set():
+                    break
+                self._put(i, chunk)
+        except Exception as exc:  # noqa: BLE001 - the listing failed: every instance reports it
+            log.debug("listing failed", exc_info=True)
+            end = f"listing {type(exc).__name__}: {exc}"
+        for i in range(len(self.queues)):
+            self._put(i, end)
+
+
+class ListingFailed(RuntimeError):
+    """The parent's listing of the input failed; the worker reports it as its fatal error."""
+
+
+def _chunks_from(keys) -> Iterator[list]:
+    while True:
+        message = keys.get()
+        if message is END:
+            return
+        if isinstance(message, str):
+            raise ListingFailed(message)
+        yield message
+
+
+def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None,
+                  refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
     from tfbatch.transform.instance import InstanceRunner
 
     runner = InstanceRunner(spec, instance, count)
@@ -101,7 +187,7 @@ def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, st
         runner.close()
         return InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}")
     try:
-        return runner.run(emit, stop=stop)
+        return runner.run(emit, refs=refs, stop=stop)
     finally:
         runner.close()
 
@@ -119,13 +205,14 @@ def gpu_plan(spec: TransformSpec) -> list[list[str]]:
 
 
 def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int,
-                 env: dict[str, str] | None = None, stop=None) -> None:
+                 env: dict[str, str] | None = None, stop=None, keys=None) -> None:
     # Spawned, so TensorFlow is not imported yet: it reads CUDA_VISIBLE_DEVICES on first use.
     os.environ.update(env or {})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
     try:
         spec = TransformSpec(**spec_fields)
-        summary = _run_instance(spec, instance, count, messages.put, stop)
+        refs = refs_from_chunks(_chunks_from(keys)) if keys is not None else None
+        summary = _run_instance(spec, instance, count, messages.put, stop, refs)
     except BaseException as exc:  # noqa: BLE001 - reported as the instance's failure
         summary = InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     messages.put(summary)

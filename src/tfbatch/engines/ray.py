@@ -5,7 +5,8 @@ Same job, same bytes as the local engine: each actor hosts the unchanged ``Insta
 ``instance_of(key, instance_count)`` as planned, and every object goes through the same
 ``ObjectPipeline`` with its atomic ``.out`` write and ledger marker.
 
-The driver (this process) lists the input lazily and keeps a bounded window of objects per
+The driver (this process) lists the input once, lazily (``plan.JobInputs``: the job's own
+pass when the job hands it over, actors never list), and keeps a bounded window of objects per
 instance — at most ``concurrency`` in flight plus as many queued — so work starts after the
 first listing page and memory does not grow with the prefix.
 
@@ -36,7 +37,7 @@ from tfbatch.settings import Environment
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.engine import Emit
 from tfbatch.transform.ledger import Ledger
-from tfbatch.transform.plan import instance_of, iter_inputs
+from tfbatch.transform.plan import JobInputs
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
@@ -113,7 +114,8 @@ class RayEngine:
         self.options = options if options is not None else RayOptions.from_env()
         self.timeline = RunTimeline()
 
-    def run(self, spec: TransformSpec, emit: Emit, stop=None) -> list[InstanceSummary]:
+    def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
+            ) -> list[InstanceSummary]:
         ray = _ray()
         owns = not ray.is_initialized()
         if owns:
@@ -125,7 +127,7 @@ class RayEngine:
                      logging_level=logging.WARNING, **extra)
         try:
             job = _Job(spec, emit, self.options, self.timeline, stop)
-            return job.run()
+            return job.run(inputs)
         finally:
             if owns:
                 ray.shutdown()
@@ -179,22 +181,29 @@ class _Job:
             actors.append(cls.options(**kwargs).remote(self.spec.model_dump(), i, self.n))
         return actors
 
-    def _inputs(self) -> Iterator[ObjectRef]:
-        for ref in iter_inputs(self.spec, page_size=self.options.list_page_size):
-            self.timeline.listed += 1
-            yield ref
+    def _inputs(self, inputs: JobInputs) -> Iterator[tuple[int, ObjectRef]]:
+        for pair in inputs:
+            self.timeline.listed = inputs.listed
+            yield pair
+        self.timeline.listed = inputs.listed
         self.timeline.listing_done_s = time.monotonic() - self.started
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def run(self) -> list[InstanceSummary]:
-        ledger = Ledger.for_spec(self.spec)
-        done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
-        self.with_errors = ledger.keys_with_errors()
+    def run(self, inputs: JobInputs | None = None) -> list[InstanceSummary]:
+        if inputs is None:
+            ledger = Ledger.for_spec(self.spec)
+            done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+            inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
+            self.with_errors = ledger.keys_with_errors()
+        else:
+            self.with_errors = set()  # the job's pass: the ledger was read once, by the job
         self.actors = self._start_actors()
         self.ready = {a.ready.remote(): i for i, a in enumerate(self.actors)}
         try:
-            self._loop(self._inputs(), done)
+            self._loop(self._inputs(inputs))
+            for i, skipped in enumerate(inputs.skipped):
+                self.summaries[i].skipped += skipped
             return self._finish()
         finally:
             for actor in self.actors:
@@ -203,7 +212,7 @@ class _Job:
                 except Exception:  # already gone
                     pass
 
-    def _loop(self, inputs: Iterator[ObjectRef], done: set[str]) -> None:
+    def _loop(self, inputs: Iterator[tuple[int, ObjectRef]]) -> None:
         held: _Task | None = None
         exhausted = False
         while True:
@@ -214,15 +223,11 @@ class _Job:
                         backlog.clear()
                     break
                 if held is None:
-                    ref = next(inputs, None)
-                    if ref is None:
+                    pair = next(inputs, None)
+                    if pair is None:
                         exhausted = True
                         break
-                    i = instance_of(ref.key, self.n)
-                    if ref.key in done:
-                        self.summaries[i].skipped += 1
-                        continue
-                    held = _Task(i, ref, remote_read=self.options.remote_read)
+                    held = _Task(pair[0], pair[1], remote_read=self.options.remote_read)
                 if len(self.backlog[held.instance]) >= self.window:
                     break  # bounded: wait for that instance before listing further
                 self.backlog[held.instance].append(held)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tfbatch.errors import ConfigError
 from tfbatch.storage.io import ObjectNotFound, read_bytes
@@ -21,9 +21,12 @@ from tfbatch.storage.uri import LOCAL, dirname_prefix, get_fs, join, normalize, 
 DEFAULT_PAGE_SIZE = 1000  # S3's own maximum for ListObjectsV2
 
 
-@dataclass(frozen=True)
-class ObjectRef:
-    """One input object. ``key`` is relative to the listed prefix and names its output."""
+class ObjectRef(NamedTuple):
+    """One input object. ``key`` is relative to the listed prefix and names its output.
+
+    A named tuple rather than a frozen dataclass: a 10M-object listing makes 10M of these,
+    and a tuple is built about three times faster (no ``object.__setattr__`` per field).
+    """
 
     uri: str
     key: str

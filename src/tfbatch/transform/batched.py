@@ -31,7 +31,8 @@ import numpy as np
 
 from tfbatch.records import Assembler
 from tfbatch.records.images import check_image
-from tfbatch.storage import ObjectRef, atomic_write, open_read
+from tfbatch.storage import ObjectRef, atomic_write
+from tfbatch.storage.io import read_small
 from tfbatch.transform.report import ObjectResult
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,7 @@ class BatchLane:
             try:
                 if self.limit and item.ref.size is not None and item.ref.size > self.limit:
                     continue
-                with open_read(item.ref.uri) as f:
-                    body = f.read()
+                body = read_small(item.ref.uri, item.ref.size)
                 if not body or (self.limit and len(body) > self.limit):
                     continue
                 # The same header check as the one-object path (format, pixel budget); an image

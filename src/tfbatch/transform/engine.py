@@ -29,6 +29,12 @@ class Engine(Protocol):
     and the return value holds one summary per instance, in instance order, with ``fatal``
     set for an instance that could not run. Once ``stop`` is set (the job's error-rate guard
     tripped) instances take no new objects, finish what they hold, and return.
+
+    ``inputs`` (optional: an engine whose ``run`` has no such parameter still works, and the
+    job then counts the input for the progress bar in a pass of its own): the job's single
+    listing pass, a ``plan.JobInputs`` yielding ``(instance, ref)`` with done objects already
+    dropped. An engine that takes it must not list the input again; given None it makes its
+    own ``JobInputs`` from the spec and the ledger.
     """
 
     @property
@@ -36,4 +42,15 @@ class Engine(Protocol):
         """What ``TransformSpec.engine`` calls this engine (``local``, ``ray``)."""
         ...
 
-    def run(self, spec: TransformSpec, emit: Emit, stop: threading.Event | None = None) -> list[InstanceSummary]: ...
+    def run(self, spec: TransformSpec, emit: Emit, stop: threading.Event | None = None
+            ) -> list[InstanceSummary]: ...
+
+
+def takes_inputs(engine: Engine) -> bool:
+    """Whether ``engine.run`` accepts the job's listing pass as ``inputs``."""
+    import inspect
+
+    try:
+        return "inputs" in inspect.signature(engine.run).parameters
+    except (TypeError, ValueError):
+        return False

@@ -1,9 +1,10 @@
 """One instance of a transform job: the model loaded once, its share of objects run through it.
 
-An instance lists the input itself and keeps the objects that hash to it (see plan.py),
-skips those the ledger records as finished, and keeps a bounded number of objects in
-flight: the listing is consumed lazily, so memory does not grow with the number of input
-objects. Objects in flight x payloads each feed the shared invocation pool, whose size
+An instance runs the objects an engine hands it from the job's one listing pass (see
+plan.py: done objects already dropped), or, given none, lists the input itself, keeps the
+objects that hash to it and skips those the ledger records as finished. It keeps a
+bounded number of objects in flight: the listing is consumed lazily, so memory does not
+grow with the number of input objects. Objects in flight x payloads each feed the shared invocation pool, whose size
 sets how many requests the model server's batcher can coalesce into one model batch.
 
 The runner needs only the spec and its (instance, count) pair, so a Ray actor can host it
@@ -178,10 +179,14 @@ class InstanceRunner:
         """
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
-        done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
-        with_errors = self.ledger.keys_with_errors()
         partition = None
-        if refs is None:
+        if refs is not None:
+            # The job's listing pass (engines) already dropped done objects after reading the
+            # ledger once; reading it again per instance costs a listing and its journals.
+            done, with_errors = set(), set()
+        else:
+            done = self.ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+            with_errors = self.ledger.keys_with_errors()
             # Done objects are filtered page by page against the ledger's index (not one lookup each).
             refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
         lock = threading.Lock()

@@ -17,10 +17,10 @@ from typing import Any
 from tfbatch.storage import is_local, normalize
 from tfbatch.storage.io import is_temp_name
 from tfbatch.storage.lock import OutputLock
-from tfbatch.transform.engine import Engine
+from tfbatch.transform.engine import Engine, takes_inputs
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.pipeline import output_uri
-from tfbatch.transform.plan import Plan, iter_assigned, iter_inputs, make_plan
+from tfbatch.transform.plan import JobInputs, Plan, iter_assigned, iter_inputs, make_plan
 from tfbatch.transform.progress import Progress
 from tfbatch.transform.report import InstanceSummary, JobReport, ObjectResult
 from tfbatch.transform.spec import TransformSpec
@@ -75,8 +75,11 @@ def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: Outp
     )
     lock = threading.Lock()
     stop = threading.Event()
+    saw_failures = threading.Event()
 
     def emit(result: ObjectResult) -> None:
+        if result.failures or not result.ok:
+            saw_failures.set()
         with lock:
             report.count(result)
             if not result.ok:
@@ -96,11 +99,16 @@ def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: Outp
                 stop.set()
         bar.update(result)
 
-    if bar.mode != "off":
+    inputs = None
+    if takes_inputs(engine):
+        # The job's one listing pass; the bar's total arrives when it ends.
+        inputs = JobInputs.for_spec(spec, done, on_total=bar.set_total if bar.mode != "off" else None)
+    elif bar.mode != "off":
         threading.Thread(target=_count_todo, args=(spec, done, bar), daemon=True, name="count-inputs").start()
     started = time.monotonic()
     try:
-        summaries = engine.run(spec, emit, stop=stop)
+        summaries = engine.run(spec, emit, stop=stop, inputs=inputs) if inputs is not None else engine.run(
+            spec, emit, stop=stop)
     finally:
         bar.close()
     report.seconds = time.monotonic() - started
@@ -108,7 +116,11 @@ def _run_locked(spec: TransformSpec, engine: Engine, progress, output_lock: Outp
     if output_lock.lost:
         report.fatal.append(output_lock.lost)
     ledger.compact()
-    report.error_report = ledger.write_error_report()
+    # Standing failures can only exist if the ledger had some when loaded or this run saw one;
+    # a fatal instance may have committed entries whose results never reached this process.
+    report.error_report = ledger.write_error_report(
+        failures_possible=bool(erred) or saw_failures.is_set() or bool(report.fatal)
+        or any(s.fatal for s in summaries))
     if earlier_failures:
         report.fatal.append(
             f"{earlier_failures} objects finished with failed records in an earlier run (see the error report); "

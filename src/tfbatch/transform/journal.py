@@ -91,17 +91,36 @@ def journal_files(folder: str) -> list[ObjectRef]:
     return sorted(refs, key=lambda r: r.key)
 
 
-def read_records(ref: ObjectRef) -> Iterator[dict]:
+def read_lines(ref: ObjectRef) -> Iterator[bytes]:
+    """Each whole line (a torn final append has no newline and is left out)."""
     with open_read(ref.uri, size=ref.size) as f:
         for raw in f:
             if not raw.endswith(b"\n"):
-                return  # a torn final append
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("entries"), list):
-                yield record
+                return
+            yield raw
+
+
+def parse_record(raw: bytes) -> dict | None:
+    """A line's record, or None if it is not one (cut off, or not ours)."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if isinstance(record, dict) and isinstance(record.get("entries"), list):
+        return record
+    return None
+
+
+def read_records(ref: ObjectRef) -> Iterator[dict]:
+    for raw in read_lines(ref):
+        record = parse_record(raw)
+        if record is not None:
+            yield record
+
+
+def iter_lines(files: list[ObjectRef]) -> Iterator[bytes]:
+    for ref in files:
+        yield from read_lines(ref)
 
 
 def iter_records(files: list[ObjectRef]) -> Iterator[dict]:
@@ -116,17 +135,21 @@ def iter_entries(files: list[ObjectRef]) -> Iterator[dict]:
                 yield entry
 
 
-def compact(folder: str, run: str) -> str | None:
-    """Fold every journal into one file named for ``run``; delete what it absorbed."""
+def compact(folder: str, run: str, *, min_files: int = 2) -> list[ObjectRef]:
+    """Fold every journal into one file named for ``run``, once there are ``min_files`` of
+    them; delete what it absorbed. Returns the journal files left (one listing in all)."""
     files = journal_files(folder)
-    if len(files) <= 1:
-        return files[0].uri if files else None
+    if len(files) < max(2, min_files):
+        return files
+    written = 0
 
     def lines() -> Iterator[bytes]:
+        nonlocal written
         for ref in files:
             with open_read(ref.uri, size=ref.size) as f:
                 for raw in f:
                     if raw.endswith(b"\n"):
+                        written += len(raw)
                         yield raw
 
     target = join(folder, compact_name(run))
@@ -134,4 +157,4 @@ def compact(folder: str, run: str) -> str | None:
     for ref in files:
         if ref.uri != target:
             delete(ref.uri)
-    return target
+    return [ObjectRef(target, compact_name(run), written)]

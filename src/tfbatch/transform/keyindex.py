@@ -1,29 +1,55 @@
 """A compact set of object keys: 16 bytes per key, not a Python string per key.
 
 A resumed 10M-object job must know which keys are done without holding 10M ``str``
-objects in a ``set`` (about 100 bytes each, over a gigabyte). Keys are hashed to 128 bits
-(BLAKE2b) and kept as two sorted ``uint64`` columns; a lookup is a binary search, and a
-page of keys is looked up in one vectorised call. With 128-bit hashes the chance that any
-two of 10^7 keys collide is about 10^-25, so a hit is treated as the key itself.
+objects in a ``set`` (about 100 bytes each, over a gigabyte). Each key becomes two 64-bit
+halves kept as two ``uint64`` columns sorted together; a page of keys is looked up in one
+vectorised binary search.
+
+The high half is the key's partition hash (``partition_hashes``: 64-bit BLAKE2b, the one
+``plan.instance_of`` takes modulo the instance count), so the planner hashes each listed
+key once for both jobs. The low half is Python's own string hash (SipHash with a per-process
+random key, cached on the string): cheap, independent of BLAKE2b, and fine here because an
+index lives in one process and is never written out. Two independent 64-bit hashes make
+the chance that any two of 10^7 keys collide about 10^-25, so a hit is treated as the key.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+_blake2b = hashlib.blake2b
+
+
+def _encoded(key: str) -> bytes:
+    # surrogatepass: local file names that are not valid UTF-8 still hash (and differ).
+    return key.encode("utf-8", "surrogatepass")
+
+
+def partition_hash(key: str) -> int:
+    return int.from_bytes(_blake2b(_encoded(key), digest_size=8).digest(), "big")
+
+
+def partition_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``partition_hash`` of every key, as one ``uint64`` array (one BLAKE2b call per key)."""
+    raw = b"".join([_blake2b(k.encode("utf-8", "surrogatepass"), digest_size=8).digest() for k in keys])
+    return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+
+def local_hashes(keys: Sequence[str]) -> np.ndarray:
+    """The low half: Python's string hash, as ``uint64``."""
+    return np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64)
+
 
 def key_hash(key: str) -> tuple[int, int]:
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    return int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little")
+    return partition_hash(key), hash(key) & 0xFFFFFFFFFFFFFFFF
 
 
 def hash_keys(keys: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-    raw = b"".join(hashlib.blake2b(k.encode("utf-8", "surrogatepass"), digest_size=16).digest() for k in keys)
-    pairs = np.frombuffer(raw, dtype="<u8").reshape(-1, 2)
-    return pairs[:, 0].copy(), pairs[:, 1].copy()
+    keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+    return partition_hashes(keys), local_hashes(keys)
 
 
 class KeyIndex:
@@ -90,16 +116,16 @@ class KeyIndex:
         self._settle()
         if not len(hi) or not len(self._hi):
             return np.zeros(len(hi), dtype=bool)
+        # One binary search per key: the first entry with that high half (if any) usually is the key.
         left = np.searchsorted(self._hi, hi, side="left")
-        right = np.searchsorted(self._hi, hi, side="right")
-        span = right - left
-        found = np.zeros(len(hi), dtype=bool)
-        single = span == 1
-        found[single] = self._lo[left[single]] == lo[single]
-        for i in np.nonzero(span > 1)[0]:
-            # Equal high halves are adjacent and sorted by the low half.
-            j = left[i] + np.searchsorted(self._lo[left[i]:right[i]], lo[i])
-            found[i] = j < right[i] and self._lo[j] == lo[i]
+        at = np.minimum(left, len(self._hi) - 1)
+        same_hi = self._hi[at] == hi
+        found = same_hi & (self._lo[at] == lo)
+        for i in np.nonzero(same_hi & ~found)[0]:
+            # Rare: several keys share the high half; they are adjacent and sorted by the low half.
+            right = np.searchsorted(self._hi, hi[i], side="right")
+            j = left[i] + np.searchsorted(self._lo[left[i]:right], lo[i])
+            found[i] = j < right and self._lo[j] == lo[i]
         return found
 
     def nbytes(self) -> int:

@@ -2,27 +2,31 @@
 
 An object goes to instance ``stable_hash(key) % instance_count`` (64-bit BLAKE2b, unchanged
 so that partitions, and the batches formed within them, stay what they were). The hash depends on the
-key alone (not on Python's per-process hash seed, listing order or sizes), so every
-instance can list the input itself and keep only its share — no coordinator ships object
-lists around, and a resumed job with the same count assigns objects the same way.
+key alone (not on Python's per-process hash seed, listing order or sizes), so a resumed job
+with the same count assigns objects the same way.
+
+A job lists its input once: ``JobInputs`` is that single pass, done keys dropped and each
+remaining object tagged with its instance; the engines stream it to their instances in
+bounded chunks (``iter_chunks``) instead of letting every instance list the prefix again.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
+import numpy as np
+
 from tfbatch.storage import ObjectRef, list_manifest, list_prefix, normalize
-from tfbatch.transform.keyindex import KeyIndex, hash_keys
+from tfbatch.storage.listing import DEFAULT_PAGE_SIZE
+from tfbatch.transform.keyindex import KeyIndex, local_hashes, partition_hash, partition_hashes
 from tfbatch.transform.spec import TransformSpec
 
 def instance_of(key: str, instance_count: int) -> int:
     if instance_count <= 1:
         return 0
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % instance_count
+    return partition_hash(key) % instance_count
 
 
 def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterator[ObjectRef]:
@@ -53,20 +57,34 @@ def _pages(refs: Iterable[ObjectRef], size: int = PAGE) -> Iterator[list[ObjectR
         yield page
 
 
+def iter_assigned_pages(refs: Iterable[ObjectRef], instance_count: int, done=None, *, page_size: int = PAGE
+                        ) -> Iterator[tuple[list[ObjectRef], np.ndarray, np.ndarray]]:
+    """``(page, instance per ref, done per ref)``, a page of the listing at a time.
+
+    The per-page arrays let callers count and filter without a Python step per key; the
+    only per-key Python work left is one BLAKE2b call (partition and done index share it).
+    """
+    n = max(1, instance_count)
+    index = isinstance(done, KeyIndex) and bool(done)
+    for page in _pages(refs, page_size):
+        keys = [ref.key for ref in page] if n > 1 or done else None
+        hashed = partition_hashes(keys) if n > 1 or index else None
+        instances = (hashed % np.uint64(n)).astype(np.int64) if n > 1 else np.zeros(len(page), dtype=np.int64)
+        if not done:
+            flags = np.zeros(len(page), dtype=bool)
+        elif index:  # one vectorised lookup per page
+            flags = done.contains_hashes(hashed, local_hashes(keys))
+        elif hasattr(done, "contains_many"):
+            flags = np.asarray(done.contains_many(keys), dtype=bool)
+        else:
+            flags = np.fromiter((key in done for key in keys), dtype=bool, count=len(keys))
+        yield page, instances, flags
+
+
 def iter_assigned(refs: Iterable[ObjectRef], instance_count: int, done=None) -> Iterator[tuple[int, ObjectRef, bool]]:
     """(instance, ref, already done) for every listed object, streamed page by page."""
-    n = max(1, instance_count)
-    for page in _pages(refs):
-        instances = [instance_of(ref.key, n) for ref in page] if n > 1 else [0] * len(page)
-        if not done:
-            flags = [False] * len(page)
-        elif isinstance(done, KeyIndex):  # one vectorised lookup per page
-            flags = done.contains_hashes(*hash_keys([ref.key for ref in page])).tolist()
-        elif hasattr(done, "contains_many"):
-            flags = done.contains_many([ref.key for ref in page]).tolist()
-        else:
-            flags = [ref.key in done for ref in page]
-        yield from zip(instances, page, flags)
+    for page, instances, flags in iter_assigned_pages(refs, instance_count, done):
+        yield from zip(instances.tolist(), page, flags.tolist())
 
 
 class Partition:
@@ -84,6 +102,71 @@ class Partition:
                 self.skipped += 1
                 continue
             yield ref
+
+
+class JobInputs:
+    """The job's one listing pass: ``(instance, ref)`` for every object still to run.
+
+    Objects the ledger records as done are counted in ``skipped`` (per instance) and not
+    yielded. ``on_total`` receives the number of objects to run once the listing is
+    exhausted, so a progress bar gets its total without a second pass over the input.
+    Iterate it once.
+    """
+
+    def __init__(self, refs: Iterable[ObjectRef], instance_count: int, done=None, on_total=None, *,
+                 page_size: int = DEFAULT_PAGE_SIZE):
+        self.refs, self.instance_count, self.done, self.on_total = refs, max(1, instance_count), done, on_total
+        # Keys are assigned a listing page at a time, never more: work starts after the first page.
+        self.page_size = page_size
+        self.skipped = [0] * self.instance_count
+        self.listed = 0
+        self.exhausted = False
+
+    @classmethod
+    def for_spec(cls, spec: TransformSpec, done=None, *, page_size: int | None = None, on_total=None) -> "JobInputs":
+        size = page_size or DEFAULT_PAGE_SIZE
+        return cls(iter_inputs(spec, page_size=size), spec.instance_count, done, on_total, page_size=size)
+
+    def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
+        todo = 0
+        n = self.instance_count
+        for page, instances, flags in iter_assigned_pages(self.refs, n, self.done, page_size=self.page_size):
+            self.listed += len(page)
+            if flags.any():
+                for i, count in enumerate(np.bincount(instances[flags], minlength=n).tolist()):
+                    self.skipped[i] += count
+                run = np.flatnonzero(~flags).tolist()
+                todo += len(run)
+                page_instances = instances.tolist()
+                for j in run:
+                    yield page_instances[j], page[j]
+            else:
+                todo += len(page)
+                yield from zip(instances.tolist(), page)
+        self.exhausted = True
+        if self.on_total is not None:
+            self.on_total(todo)
+
+
+def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, size: int = 256
+                ) -> Iterator[tuple[int, list[ObjectRef]]]:
+    """``(instance, chunk)`` from an assigned stream: each chunk holds up to ``size`` of that
+    instance's objects in listing order; the last, partial chunks come once the stream ends."""
+    buffers: list[list[ObjectRef]] = [[] for _ in range(max(1, instance_count))]
+    for i, ref in pairs:
+        buffer = buffers[i]
+        buffer.append(ref)
+        if len(buffer) >= size:
+            yield i, buffer
+            buffers[i] = []
+    for i, buffer in enumerate(buffers):
+        if buffer:
+            yield i, buffer
+
+
+def refs_from_chunks(chunks: Iterable[list[ObjectRef]]) -> Iterator[ObjectRef]:
+    for chunk in chunks:
+        yield from chunk
 
 
 def iter_partition(spec: TransformSpec, instance: int, instance_count: int, done=None) -> Partition:

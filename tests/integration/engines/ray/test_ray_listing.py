@@ -39,3 +39,41 @@ def test_work_starts_before_listing_ends(ray_cluster, s3_server, s3_bucket, line
     assert line.listed_at_first_result <= 2 * 2 * 2 + PAGE + 1
     outs = list(list_prefix(f"s3://{s3_bucket}/out/{0:05d}"))
     assert [r.key for r in outs] == ["00000.jsonl.out"]
+
+
+def test_a_ray_job_lists_its_input_once(ray_cluster, s3_server, s3_bucket, linear_model):
+    """Counted on the wire: the driver's one pass feeds both actors; actors never list.
+
+    The input is in a bucket of its own, so every LIST there is a pass over the input.
+    """
+    import os
+    import uuid
+
+    from tfbatch import run_transform
+    from tfbatch.storage.uri import clear_cache
+    from tfbatch.testing.fault_proxy import FaultProxy
+
+    client = s3_server.client()
+    source = f"in-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=source)
+    for n in range(24):
+        client.put_object(Bucket=source, Key=f"in/{n:05d}.jsonl", Body=json.dumps([n, 1, 2]).encode() + b"\n")
+    saved = os.environ["AWS_ENDPOINT_URL"]
+    with FaultProxy(s3_server.endpoint_url) as proxy:
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint_url  # forwarded to the actors
+        clear_cache()
+        try:
+            engine = RayEngine(RayOptions(address=ray_cluster.address, cpus_per_instance=0.5))
+            report = run_transform(
+                model=str(linear_model), input=f"s3://{source}/in/", output=f"s3://{s3_bucket}/out/",
+                content_type="application/jsonlines", split_type="Line", instance_count=2, engine=engine,
+                progress="log",
+            )
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = saved
+            clear_cache()
+    assert report.ok and report.objects == 24, report.summary()
+    assert engine.timeline.listed == 24
+    assert proxy.count("GET", f"/{source}") == 1
+    assert sum(c for (method, path), c in proxy.by_path.items()
+               if method == "GET" and path.startswith(f"/{source}/")) == 24
