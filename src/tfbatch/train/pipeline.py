@@ -27,14 +27,19 @@ class Augment(BaseModel):
         return cls(pad=0, flip=False)
 
 
-def augment_image(image: tf.Tensor, augment: Augment) -> tf.Tensor:
-    """float32 [H, W, C] -> same shape, randomly shifted by up to ``pad`` pixels and flipped."""
+def augment_image(image: tf.Tensor, augment: Augment, seed: tf.Tensor) -> tf.Tensor:
+    """float32 [H, W, C] -> same shape, randomly shifted by up to ``pad`` pixels and flipped.
+
+    ``seed`` (int64 [2]) drives stateless random ops, so the crop and flip of every record
+    are fixed by the dataset's seed stream, not by which of the map's parallel calls ran
+    first: a seeded training run gives the same model every time.
+    """
     if augment.pad:
         height, width, channels = image.shape
         padded = tf.image.resize_with_crop_or_pad(image, height + 2 * augment.pad, width + 2 * augment.pad)
-        image = tf.image.random_crop(padded, [height, width, channels])
+        image = tf.image.stateless_random_crop(padded, [height, width, channels], seed=seed)
     if augment.flip:
-        image = tf.image.random_flip_left_right(image)
+        image = tf.image.stateless_random_flip_left_right(image, seed=seed[::-1])
     return image
 
 
@@ -65,12 +70,17 @@ def split_dataset(
     if shuffle_seed is not None:
         dataset = dataset.shuffle(10_000, seed=shuffle_seed, reshuffle_each_iteration=False)
 
-    def prepare(record):
+    def prepare(record, seed=None):
         image, label = parse_example(record, info)
         image = scale_pixels(image)
         if augment is not None:
-            image = augment_image(image, augment)
+            image = augment_image(image, augment, seed)
         return image, label
 
+    if augment is not None:
+        # One seed pair per record from a seeded stream that moves on every epoch
+        # (rerandomize_each_iteration): each epoch sees new crops, and a rerun the same ones.
+        seeds = tf.data.Dataset.random(seed=shuffle_seed or 0, rerandomize_each_iteration=True).batch(2)
+        dataset = tf.data.Dataset.zip((dataset, seeds))
     dataset = dataset.map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
