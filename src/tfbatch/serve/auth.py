@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from tfbatch.errors import Unauthorized
+from tfbatch.tfs.loopback_auth import authorization_header, send_unauthorized
 
 OPEN_PATHS = frozenset({"/ping"})
 # gRPC's counterpart of /ping: health probes carry no credentials either.
@@ -38,29 +39,14 @@ class BearerAuthMiddleware:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
-        if _token_ok(header, self.token):
+        if _token_ok(authorization_header(scope), self.token):
             await self.app(scope, receive, send)
             return
         err = Unauthorized(
             "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
             "(the token given with --auth-token or TFBATCH_AUTH_TOKEN)"
         )
-        body = err.to_json()
-        await send({
-            "type": "http.response.start",
-            "status": err.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="tfbatch"'),
-            ],
-        })
-        await send({"type": "http.response.body", "body": body})
+        await send_unauthorized(send, err.to_json(), "tfbatch")
 
 
 class BearerAuthInterceptor(grpc.ServerInterceptor):

@@ -73,26 +73,34 @@ class LoopbackAuthMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
         client, server = scope.get("client"), scope.get("server")
-        if self.guard.allows(header, tuple(client) if client else None, tuple(server) if server else None):
+        if self.guard.allows(authorization_header(scope), tuple(client) if client else None,
+                             tuple(server) if server else None):
             await self.app(scope, receive, send)
             return
-        body = Unauthorized(DENIED).to_json()
-        await send({
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="tfbatch-loopback"'),
-            ],
-        })
-        await send({"type": "http.response.body", "body": body})
+        await send_unauthorized(send, Unauthorized(DENIED).to_json(), "tfbatch-loopback")
+
+
+def authorization_header(scope) -> str | None:
+    """The ASGI request's ``Authorization`` header, or None."""
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            return value.decode("latin-1")
+    return None
+
+
+async def send_unauthorized(send, body: bytes, realm: str) -> None:
+    """A complete ASGI 401 with a JSON body and the Bearer challenge (shared with serve's auth)."""
+    await send({
+        "type": "http.response.start",
+        "status": 401,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", f'Bearer realm="{realm}"'.encode()),
+        ],
+    })
+    await send({"type": "http.response.body", "body": body})
 
 
 class LoopbackAuthInterceptor(grpc.ServerInterceptor):
