@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
-import os
 import sys
 import threading
+
+from tfbatch.settings import Environment
 
 _lock = threading.Lock()
 
@@ -61,7 +62,7 @@ def import_tensorflow():
         if hide:
             sys.modules["matplotlib.pyplot"] = None  # makes `import matplotlib.pyplot` raise ImportError
         finder = None
-        if "keras" not in sys.modules and os.environ.get("TFBATCH_EAGER_KERAS", "") not in ("1", "true"):
+        if "keras" not in sys.modules and not Environment.read().eager_keras:
             finder = _RefuseWhileImporting(("keras",))
             sys.meta_path.insert(0, finder)
         try:
