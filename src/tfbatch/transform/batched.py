@@ -174,7 +174,7 @@ class BatchLane:
         # The one-row slice through the same codec gives the bytes a one-image request gives.
         body = jsonenc.dumps(encode_predict(row, "row", self.sig, native=True))
         parts: list[bytes] = []
-        assembler = Assembler(self.spec.assemble_with, _ListSink(parts))
+        assembler = Assembler(self.spec.assemble_with, ListSink(parts))
         assembler.add(body)
         atomic_write(output_uri(self.spec, item.ref.key), parts, durable=False)
         return ObjectResult(key=item.ref.key, ok=True, records=1, output_bytes=assembler.bytes_written,
@@ -267,7 +267,9 @@ class BatchLane:
         }
 
 
-class _ListSink:
+class ListSink:
+    """A file-like sink for an Assembler that keeps the parts (both batch lanes write whole outputs at once)."""
+
     def __init__(self, parts: list[bytes]):
         self.parts = parts
 

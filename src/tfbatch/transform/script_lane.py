@@ -27,6 +27,7 @@ from typing import Any
 from tfbatch.handlers.service import InvocationRequest
 from tfbatch.records import Assembler
 from tfbatch.storage import ObjectRef, atomic_write, open_read
+from tfbatch.transform.batched import ListSink
 from tfbatch.transform.report import ObjectResult
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class ScriptLane:
         from tfbatch.transform.pipeline import output_uri
 
         parts: list[bytes] = []
-        assembler = Assembler(self.spec.assemble_with, _ListSink(parts))
+        assembler = Assembler(self.spec.assemble_with, ListSink(parts))
         assembler.add(body)
         atomic_write(output_uri(self.spec, ref.key), parts, durable=False)
         return ObjectResult(key=ref.key, ok=True, records=1, output_bytes=assembler.bytes_written,
@@ -139,12 +140,3 @@ class ScriptLane:
         return {"lane": "script-batch", "batches": self.batches, "rows": self.rows,
                 "max_batch_size": self.batch_size, "lane_threads": self.threads,
                 "objects_run_alone": self.fallbacks, **self.service.pool.stats}
-
-
-class _ListSink:
-    def __init__(self, parts: list[bytes]):
-        self.parts = parts
-
-    def write(self, data: bytes) -> int:
-        self.parts.append(data)
-        return len(data)
