@@ -64,8 +64,11 @@ def markdown(results: dict[str, Any]) -> str:
             "| contender | images/s steady | images/s incl. start-up | start-up to first output | after last output | wall | CPU ms/image steady | CPU ms/image incl. start-up | peak RSS | agrees with (b) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
+        rounds = entry.get("rounds") or []
         for run in entry["runs"]:
             name = NAMES.get(run["contender"], run["contender"])
+            if len(rounds) > 1:
+                name += f", round {run['extra'].get('round', 0) + 1}"
             if not run["ok"]:
                 lines.append(f"| {name} | failed: {run['error']} | | | | | | | | |")
                 continue
@@ -82,8 +85,13 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{agree_text} |"
             )
         lines.append("")
+        median_of = f" (median of {len(rounds)} rounds)" if len(rounds) > 1 else ""
         for key, value in entry["ratios"].items():
-            lines.append(f"- {key}: {_f(value['steady'], 2, '×')} steady, {_f(value['end_to_end'], 2, '×')} incl. start-up")
+            lines.append(f"- {key}{median_of}: {_f(value['steady'], 2, '×')} steady, "
+                         f"{_f(value['end_to_end'], 2, '×')} incl. start-up")
+            if len(rounds) > 1:
+                each = ", ".join(f"{_f((r.get(key) or {}).get('steady'), 2, '×')}" for r in rounds)
+                lines.append(f"  - steady, round by round: {each}")
         target = _target_line(model, entry["ratios"], entry.get("targets", {}))
         if target:
             lines.append(f"- {target}")

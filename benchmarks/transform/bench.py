@@ -190,6 +190,19 @@ def ratios(runs: list[Run]) -> dict[str, dict[str, float | None]]:
     return out
 
 
+def median_ratios(rounds: list[dict[str, dict[str, float | None]]]) -> dict[str, dict[str, float | None]]:
+    """Each ratio's median over the rounds that measured it (one round: that round's ratios)."""
+    from statistics import median
+
+    out: dict[str, dict[str, float | None]] = {}
+    for key in dict.fromkeys(k for r in rounds for k in r):
+        out[key] = {}
+        for kind in ("steady", "end_to_end"):
+            values = [r[key][kind] for r in rounds if key in r and r[key][kind] is not None]
+            out[key][kind] = median(values) if values else None
+    return out
+
+
 def _div(x: float | None, y: float | None) -> float | None:
     return None if not x or not y else x / y
 
@@ -254,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="(a) runs an archive without code/inference.py (the SavedModel decodes JPEG itself)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per contender")
     parser.add_argument("--note", default="", help="free text stored with the results (e.g. machine load)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of every contender; the order rotates each round (abc, bca, cab) so drift in "
+                             "the machine's load falls on each in turn, and the ratios reported are the median "
+                             "of the per-round ratios")
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat: expected a positive number of rounds")
 
     workdir = Path(args.workdir)
     inputs = ensure_dataset(workdir / f"dataset-{args.images}-{args.seed}", args.images, seed=args.seed)
@@ -275,11 +294,19 @@ def main(argv: list[str] | None = None) -> int:
         "models": {},
     }
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
-        runs = bench_model(model, inputs, args.images, workdir, contenders=args.contenders,
-                           batch_size=args.batch_size, concurrency=args.concurrency, server=args.server,
-                           tfbatch_args=args.tfbatch_arg, timeout_s=args.timeout, no_script=args.no_script)
-        results["models"][model] = {"runs": [asdict(r) for r in runs], "ratios": ratios(runs),
-                                    "targets": TARGETS.get(model, {})}
+        runs: list[Run] = []
+        per_round: list[dict[str, dict[str, float | None]]] = []
+        for round_no in range(args.repeat):
+            order = args.contenders[round_no % len(args.contenders):] + args.contenders[:round_no % len(args.contenders)]
+            this_round = bench_model(model, inputs, args.images, workdir, contenders=order,
+                                     batch_size=args.batch_size, concurrency=args.concurrency, server=args.server,
+                                     tfbatch_args=args.tfbatch_arg, timeout_s=args.timeout, no_script=args.no_script)
+            for run in this_round:
+                run.extra["round"] = round_no
+            runs += sorted(this_round, key=lambda r: r.contender)
+            per_round.append(ratios(this_round))
+        results["models"][model] = {"runs": [asdict(r) for r in runs], "ratios": median_ratios(per_round),
+                                    "rounds": per_round, "targets": TARGETS.get(model, {})}
     results["load_average_after"] = os.getloadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
