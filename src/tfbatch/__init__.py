@@ -7,7 +7,7 @@ with it ``tfbatch --help``) stays cheap: no TensorFlow, no servers.
 
 from __future__ import annotations
 
-from typing import Any
+from tfbatch.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -17,16 +17,4 @@ _LAZY = {"run_transform": "tfbatch.api", "plan_transform": "tfbatch.api",
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfbatch' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

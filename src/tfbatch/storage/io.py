@@ -313,13 +313,7 @@ def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
     if not durable and isinstance(data, (list, tuple)) and all(isinstance(c, bytes) for c in data):
         _write_small_local(folder, tmp, path, data)
         return
-    # os.open with 0o666 lets the umask decide permissions, as a plain open() would.
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except FileNotFoundError:
-        _MADE_DIRS.discard(folder)  # removed behind our back: create it again
-        make_dirs(folder)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = _create_temp(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "wb") as f:
             for chunk in _chunks(data):
@@ -329,10 +323,7 @@ def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink_if_there(tmp)
         raise
     if durable:
         _fsync_dir(folder)  # the rename itself
@@ -341,13 +332,7 @@ def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
 def _write_small_local(folder: str, tmp: str, path: str, parts: list[bytes] | tuple[bytes, ...]) -> None:
     # The many-small-outputs case (the ledger makes the group durable later): open, write,
     # close, rename on raw descriptors, skipping the buffered file object's fstat and flushes.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(tmp, flags, 0o666)
-    except FileNotFoundError:
-        _MADE_DIRS.discard(folder)  # removed behind our back: create it again
-        make_dirs(folder)
-        fd = os.open(tmp, flags, 0o666)
+    fd = _create_temp(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
     try:
         try:
             view = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
@@ -357,11 +342,26 @@ def _write_small_local(folder: str, tmp: str, path: str, parts: list[bytes] | tu
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink_if_there(tmp)
         raise
+
+
+def _create_temp(folder: str, tmp: str, flags: int) -> int:
+    # 0o666 lets the umask decide permissions, as a plain open() would. The folder is made
+    # once per process (make_dirs caches it), so one removed behind our back is made again.
+    try:
+        return os.open(tmp, flags, 0o666)
+    except FileNotFoundError:
+        _MADE_DIRS.discard(folder)
+        make_dirs(folder)
+        return os.open(tmp, flags, 0o666)
+
+
+def _unlink_if_there(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _atomic_write_s3(uri: str, data: Any, chunk_size: int) -> None:
@@ -479,10 +479,7 @@ def delete(uri: str, *, missing_ok: bool = True) -> None:
         raise ObjectNotFound(f"object '{uri}' does not exist")
     proto = protocol_of(uri)
     if proto == LOCAL:
-        try:
-            os.unlink(uri)
-        except FileNotFoundError:
-            pass
+        _unlink_if_there(uri)
         return
     fs, path = get_fs(uri)
     if proto == "s3":

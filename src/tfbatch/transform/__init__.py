@@ -9,7 +9,7 @@ for the flags, and ``tfbatch serve`` or ``--help`` should not pay for the job ma
 
 from __future__ import annotations
 
-from typing import Any
+from tfbatch.lazy import lazy_names
 
 _LAZY = {
     "Engine": "tfbatch.transform.engine",
@@ -24,16 +24,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfbatch.transform' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
