@@ -76,6 +76,13 @@ def _non_negative_float(value: Any) -> float:
     return x
 
 
+def _positive_float(value: Any) -> float:
+    x = _non_negative_float(value)
+    if x <= 0:
+        raise ValueError("expected a number > 0")
+    return x
+
+
 Bool = Annotated[bool | None, pydantic.BeforeValidator(lambda v: None if v is None else parse_bool(v))]
 PositiveInt = Annotated[int | None, pydantic.BeforeValidator(lambda v: None if v is None else _integer(1)(v))]
 NonNegativeInt = Annotated[int | None, pydantic.BeforeValidator(lambda v: None if v is None else _integer(0)(v))]
@@ -94,6 +101,7 @@ def _token(value: Any) -> str | None:
 
 Token = Annotated[str | None, pydantic.BeforeValidator(_token)]
 Amount = Annotated[float | None, pydantic.BeforeValidator(_optional(_non_negative_float))]
+PositiveAmount = Annotated[float | None, pydantic.BeforeValidator(_optional(_positive_float))]
 
 
 def _var(name: str) -> Any:
@@ -130,6 +138,10 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
     archive_max_members: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_MEMBERS")
     archive_max_bytes: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_BYTES")
+    # The resume ledger's group commit (transform/ledger.py): objects per journal record, and
+    # the longest a finished object waits for its group's record.
+    ledger_group: PositiveInt = _var("TFBATCH_LEDGER_GROUP")
+    ledger_interval_s: PositiveAmount = _var("TFBATCH_LEDGER_INTERVAL_S")
     # TF Serving's model features (docs/serving.md)
     batching_parameters_file: Text = _var("TFBATCH_BATCHING_PARAMETERS_FILE")
     model_version_policy: Text = _var("TFBATCH_MODEL_VERSION_POLICY")

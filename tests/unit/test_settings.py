@@ -49,6 +49,9 @@ def test_reads_the_process_environment(monkeypatch):
         ("SAGEMAKER_TFS_NUM_BATCH_THREADS", "1.5", "expected an integer"),
         ("SAGEMAKER_BIND_TO_PORT", "70000", "<= 65535"),
         ("TFBATCH_RAY_GPUS_PER_INSTANCE", "-1", "expected a number >= 0"),
+        ("TFBATCH_LEDGER_GROUP", "0", "expected an integer >= 1"),
+        ("TFBATCH_LEDGER_INTERVAL_S", "0", "expected a number > 0"),
+        ("TFBATCH_LEDGER_INTERVAL_S", "soon", "expected a number"),
     ],
 )
 def test_bad_value_names_variable_value_and_expectation(var, value, expected):
@@ -56,6 +59,12 @@ def test_bad_value_names_variable_value_and_expectation(var, value, expected):
         Environment.read({var: value})
     message = str(info.value)
     assert f"environment variable {var}={value!r}" in message and expected in message
+
+
+def test_ledger_group_commit_variables():
+    env = Environment.read({"TFBATCH_LEDGER_GROUP": "8", "TFBATCH_LEDGER_INTERVAL_S": "0.25"})
+    assert env.ledger_group == 8 and env.ledger_interval_s == 0.25
+    assert Environment.read({}).ledger_group is None
 
 
 def test_variable_of_a_field():

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterator
 
+from tfbatch.settings import Environment
 from tfbatch.storage import delete, is_local, join, normalize, write_text
 from tfbatch.storage.io import sync_local
 import tfbatch.transform.journal as journal
@@ -54,19 +54,6 @@ REMOTE_INTERVAL_S = 10.0
 REMOTE_COMPACT_FILES = 64
 
 
-def _env_number(name: str, default, kind):
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        number = kind(value)
-    except ValueError:
-        raise ValueError(f"{name}: expected a number, got {value!r}") from None
-    if number <= 0:
-        raise ValueError(f"{name}: expected a positive number, got {value!r}")
-    return number
-
-
 class LedgerCommitError(RuntimeError):
     """A group's journal record could not be written: its objects stay not done."""
 
@@ -82,9 +69,10 @@ class Ledger:
         self.error_report_uri = join(self.root, "errors.jsonl")
         self.instance = instance
         self.run = run or journal.new_run_id()
-        self.group_size = group_size or _env_number("TFBATCH_LEDGER_GROUP", GROUP_SIZE, int)
+        env = Environment.read()
+        self.group_size = group_size or env.ledger_group or GROUP_SIZE
         default_interval = INTERVAL_S if is_local(self.output) else REMOTE_INTERVAL_S
-        self.interval_s = interval_s or _env_number("TFBATCH_LEDGER_INTERVAL_S", default_interval, float)
+        self.interval_s = interval_s or env.ledger_interval_s or default_interval
         self._pending: list[dict] = []
         self._lock = threading.Lock()  # guards _pending
         self._commit_lock = threading.Lock()  # one commit at a time, in order
