@@ -73,7 +73,7 @@ class _Slot:
             return None
         finally:
             child.close()
-        self.pool.spawned(self)
+        self.pool._count_spawn()
         return proc, parent
 
     def _start(self) -> bool:
@@ -220,7 +220,7 @@ def _settle(taken, results, index: int, generation: int, lost: str) -> None:
 class HandlerPool:
     """``size`` handler worker processes for one script; ``submit`` ships records to them."""
 
-    def __init__(self, init: dict[str, Any], size: int, models: dict[str, Any] | None = None):
+    def __init__(self, init: dict[str, Any], size: int):
         if size < 1:
             raise ValueError(f"a handler pool needs at least one process, got {size}")
         self.init = init
@@ -228,9 +228,9 @@ class HandlerPool:
         self.hops = 0
         self.restarts = 0
         self.started_before_models = 0  # processes started while the model was still loading
-        self._models = models
+        self._models: dict[str, Any] | None = init.get("models")  # given now, or by set_models
         self._models_set = threading.Event()
-        if models is not None:
+        if self._models is not None:
             self._models_set.set()
         self._slots = [_Slot(self, i) for i in range(size)]
         self._next = 0
@@ -243,7 +243,7 @@ class HandlerPool:
             slot.thread.start()  # the handshake, then hops
         return self
 
-    def spawned(self, slot: _Slot) -> None:
+    def _count_spawn(self) -> None:
         if not self._models_set.is_set():
             with self._lock:
                 self.started_before_models += 1

@@ -158,7 +158,10 @@ def _guarded(step, item) -> tuple:
 
 
 def main(conn) -> None:
-    """The worker process: ``("init", {...})``, ``("models", {...})``, then ``[(step, [items]), ...]`` hops until EOF."""
+    """The worker process: ``("init", {...})``, ``("models", {...})``, then hops until EOF.
+
+    A hop is ``[(step, [items]), ...]``; ``("models", ...)`` may come again (it replaces them).
+    """
     kind, init = wire.recv(conn)
     try:
         worker = Worker(init)
