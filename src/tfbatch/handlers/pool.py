@@ -25,8 +25,9 @@ import sys
 import threading
 from collections import deque
 from concurrent.futures import Future
-from multiprocessing.connection import Connection
 from typing import Any
+
+from tfbatch.handlers import wire
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class _Slot:
         self.conn = None
         self.closing = False
         self.busy = False
+        self.spawned: tuple[subprocess.Popen, socket.socket] | None = None  # by start(), before its handshake
         self.thread = threading.Thread(target=self._loop, name=f"handler-pool-{index}", daemon=True)
 
     def submit(self, step: str, items: list, future: Future, generation: int | None) -> None:
@@ -57,7 +59,7 @@ class _Slot:
             self.queued += len(items)
             self.cond.notify()
 
-    def _start(self) -> bool:
+    def _spawn(self) -> tuple[subprocess.Popen, socket.socket] | None:
         # A plain child process (not multiprocessing.Process): a local engine's instance is a
         # daemonic process, which multiprocessing forbids to have children; and never a fork of
         # a process that runs TensorFlow threads. The socket is the pipe both ways.
@@ -68,17 +70,31 @@ class _Slot:
         except OSError as exc:
             log.error("handler worker %d could not start: %s", self.index, exc)
             parent.close()
-            return False
+            return None
         finally:
             child.close()
-        conn = Connection(parent.detach())
+        self.pool._count_spawn()
+        return proc, parent
+
+    def _start(self) -> bool:
+        spawned, self.spawned = self.spawned, None
+        spawned = spawned or self._spawn()
+        if spawned is None:
+            return False
+        proc, conn = spawned
         try:
-            conn.send(("init", self.pool.init))
-            kind, detail = conn.recv()
+            wire.send(conn, ("init", self.pool.init))
+            kind, detail = wire.recv(conn)
+            if kind == "ready":
+                # The models' signatures come once the model has loaded: the process imported
+                # the script meanwhile. A replacement gets them at once.
+                wire.send(conn, ("models", self.pool.wait_models()))
+                kind, detail = wire.recv(conn)
         except (EOFError, OSError) as exc:
             kind, detail = "failed", f"exited at start ({exc or proc.poll()})"
         if kind != "ready":
-            log.error("handler worker %d could not start: %s", self.index, detail)
+            if not self.closing:
+                log.error("handler worker %d could not start: %s", self.index, detail)
             conn.close()
             _end(proc)
             return False
@@ -128,8 +144,8 @@ class _Slot:
                 return
         try:
             self.busy = True
-            self.conn.send([(step, items) for step, items, _, _ in taken])
-            results = self.conn.recv()
+            wire.send(self.conn, [(step, items) for step, items, _, _ in taken])
+            results = wire.recv(self.conn)
         except (EOFError, OSError):
             self.busy = False
             code = self._reap()
@@ -173,7 +189,7 @@ class _Slot:
         self.thread.join(30)
         if self.conn is not None:
             try:
-                self.conn.send(None)
+                wire.send(self.conn, None)
             except OSError:
                 pass
         self._reap()
@@ -211,14 +227,37 @@ class HandlerPool:
         self.size = size
         self.hops = 0
         self.restarts = 0
+        self.started_before_models = 0  # processes started while the model was still loading
+        self._models: dict[str, Any] | None = init.get("models")  # given now, or by set_models
+        self._models_set = threading.Event()
+        if self._models is not None:
+            self._models_set.set()
         self._slots = [_Slot(self, i) for i in range(size)]
         self._next = 0
         self._lock = threading.Lock()
 
     def start(self) -> "HandlerPool":
+        """Start every process now; each imports the script on its own while this one goes on."""
         for slot in self._slots:
-            slot.thread.start()  # each starts its process on its first hop, in parallel
+            slot.spawned = slot._spawn()
+            slot.thread.start()  # the handshake, then hops
         return self
+
+    def _count_spawn(self) -> None:
+        if not self._models_set.is_set():
+            with self._lock:
+                self.started_before_models += 1
+
+    def set_models(self, models: dict[str, Any]) -> None:
+        """The loaded models' signatures (``models_init``): workers can decode requests from now on."""
+        self._models = models
+        self._models_set.set()
+
+    def wait_models(self) -> dict[str, Any]:
+        self._models_set.wait()
+        if self._models is None:
+            raise OSError("the handler pool closed before the model loaded")
+        return self._models
 
     def submit(self, step: str, items: list, where: tuple[int, int] | None = None) -> Future:
         """A Future of one result per item. ``where`` (from an input step's Future) pins the process."""
@@ -236,8 +275,12 @@ class HandlerPool:
 
     def close(self) -> None:
         for slot in self._slots:
+            slot.closing = True
+        self._models_set.set()  # a handshake still waiting for the model gives up
+        for slot in self._slots:
             slot.stop()
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"handler_workers": self.size, "hops": self.hops, "worker_restarts": self.restarts}
+        return {"handler_workers": self.size, "hops": self.hops, "worker_restarts": self.restarts,
+                "workers_started_before_model_loaded": self.started_before_models}

@@ -10,9 +10,11 @@ per record runs here, in as many processes as there are cores.
 Each step mirrors ``InferenceService.invoke`` / ``local_post`` line for line (the same helper
 functions), so a record's response and error text are the ones the in-process path gives.
 
-Wire format (pickled ``multiprocessing.connection`` messages over a socket pair):
+Wire format (:mod:`tfbatch.handlers.wire` messages over a socket pair):
 
-- request: ``(body, content_type, accept, custom_attributes, name, version, method, rest_port, grpc_port)``
+- request: ``(body, content_type, accept, custom_attributes, name, version, method, rest_port, grpc_port)``;
+  ``body`` arrives as a ``memoryview`` (sent out of band) in an ``input`` step, and as its
+  length in an ``output`` step (the context needs only that: the bytes do not cross again)
 - ``input`` step result: ``("final", status, body, content_type)`` (handler mode, or the
   request ended before the model), ``("tensors", tensors, fmt, version, sig_name)`` or
   ``("json", body)`` (the parent runs TfsApi on a body this side could not decode alone)
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tfbatch.errors import TfbatchError, from_exception
+from tfbatch.handlers import wire
 from tfbatch.handlers.service import (
     InvocationRequest,
     InvocationResponse,
@@ -52,8 +55,9 @@ class Worker:
         self.max_image_pixels = init["max_image_pixels"]
         self.grpc_max = init["grpc_max_message_bytes"]
         # {model name: (version, {signature name: SignatureInfo}, default signature)} of the
-        # versions the parent resolves for requests naming no version.
-        self.models: dict[str, tuple[int, dict, str]] = init["models"]
+        # versions the parent resolves for requests naming no version; sent once the model has
+        # loaded (this process starts, and imports the script, while it loads).
+        self.models: dict[str, tuple[int, dict, str]] = init.get("models") or {}
         limit_pil(self.max_image_pixels)
         self.handlers = load_handlers(Path(init["script"]))
         self._channels: dict[int, Any] = {}
@@ -74,8 +78,10 @@ class Worker:
 
     def context(self, item: tuple):
         body, content_type, accept, attrs, name, version, method, rest_port, grpc_port = item
-        req = InvocationRequest(body=body, content_type=content_type, accept=accept, custom_attributes=attrs)
-        return make_context(req, name, version, method, rest_port, grpc_port, self.channel(grpc_port))
+        size = body if isinstance(body, int) else len(body)
+        req = InvocationRequest(body=b"", content_type=content_type, accept=accept, custom_attributes=attrs)
+        return make_context(req, name, version, method, rest_port, grpc_port, self.channel(grpc_port),
+                            content_length=size)
 
     # ---- steps ------------------------------------------------------------------------
 
@@ -152,27 +158,33 @@ def _guarded(step, item) -> tuple:
 
 
 def main(conn) -> None:
-    """The worker process: ``("init", {...})`` first, then ``(step, [[items], ...])`` hops until EOF."""
-    kind, init = conn.recv()
+    """The worker process: ``("init", {...})``, ``("models", {...})``, then hops until EOF.
+
+    A hop is ``[(step, [items]), ...]``; ``("models", ...)`` may come again (it replaces them).
+    """
+    kind, init = wire.recv(conn)
     try:
         worker = Worker(init)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the hop
-        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        wire.send(conn, ("failed", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", None))
+    wire.send(conn, ("ready", None))
     while True:
         try:
-            message = conn.recv()
+            message = wire.recv(conn)
         except EOFError:
             return
         if message is None:
             return
-        jobs = message
-        conn.send([worker.run(step, items) for step, items in jobs])
+        if type(message) is tuple and message[0] == "models":
+            worker.models = message[1]
+            wire.send(conn, ("ready", None))
+            continue
+        wire.send(conn, [worker.run(step, items) for step, items in message])
 
 
 if __name__ == "__main__":
+    import socket
     import sys
-    from multiprocessing.connection import Connection
 
-    main(Connection(int(sys.argv[1])))
+    main(socket.socket(fileno=int(sys.argv[1])))

@@ -17,6 +17,7 @@ dynamic batcher instead, as before.
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections import defaultdict
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -32,19 +33,20 @@ from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 log = logging.getLogger(__name__)
 
 
-def pool_init(service: InferenceService) -> dict[str, Any]:
-    """What a worker needs: the script, the limits, and each model's default version's signatures."""
+def script_init(script: Any, max_image_pixels: int, grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB) -> dict:
+    """What a worker needs to start: the script and the limits (the models come later)."""
+    return {"script": str(script), "max_image_pixels": max_image_pixels,
+            "grpc_max_message_bytes": grpc_max_message_bytes}
+
+
+def models_init(service: InferenceService) -> dict[str, Any]:
+    """Each model's default version and its signatures, once the model server has loaded them."""
     server = service.model_server
     models = {}
     for name in server.model_names():
         servable = server.resolve(name, None)
         models[name] = (servable.version, dict(servable.signatures), servable.default_signature)
-    return {
-        "script": str(service.handlers.script),
-        "max_image_pixels": service.max_image_pixels,
-        "grpc_max_message_bytes": getattr(service, "_grpc_max", GRPC_MAX_MESSAGE_MB * MIB),
-        "models": models,
-    }
+    return models
 
 
 class PooledService:
@@ -78,8 +80,9 @@ class PooledService:
             except TfbatchError as err:
                 responses[n] = InvocationResponse.from_error(err)
                 continue
-            items[n] = (req.body, req.content_type, req.accept, req.custom_attributes, name, version, method,
-                        self.service.rest_port, self.service.grpc_port)
+            # The body crosses to the worker out of band (wire.py): no copy into the pickle.
+            items[n] = (pickle.PickleBuffer(req.body), req.content_type, req.accept, req.custom_attributes,
+                        name, version, method, self.service.rest_port, self.service.grpc_port)
         todo = [n for n in range(len(reqs)) if items[n] is not None]
         firsts = self._input(todo, items, deadline)
         outputs = self._model(firsts, items)
@@ -167,7 +170,8 @@ class PooledService:
             by_where[where].append(n)
         jobs = []
         for where, members in by_where.items():
-            entries = [(items[n], *outputs[n][1]) for n in members]
+            # The worker needs the body's length for the context, not the bytes again.
+            entries = [((len(items[n][0].raw()), *items[n][1:]), *outputs[n][1]) for n in members]
             jobs.append((members, self.pool.submit("output", entries, where)))
         for members, future in jobs:
             for n, result in zip(members, _wait(future, deadline, len(members))):

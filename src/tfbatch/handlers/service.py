@@ -195,7 +195,8 @@ def make_response(status: int, content: bytes, url: str | None) -> requests.Resp
 
 
 def make_context(req: InvocationRequest, name: str, version: str | None, method: str,
-                 rest_port: int | None, grpc_port: int | None, channel: Any) -> Context:
+                 rest_port: int | None, grpc_port: int | None, channel: Any,
+                 content_length: int | None = None) -> Context:
     """The ``context`` a script sees; handler worker processes build it with this too."""
     return Context(
         model_name=name,
@@ -207,7 +208,7 @@ def make_context(req: InvocationRequest, name: str, version: str | None, method:
         custom_attributes=req.custom_attributes,
         request_content_type=req.content_type or "application/json",
         accept_header=req.accept or "application/json",
-        content_length=len(req.body),
+        content_length=len(req.body) if content_length is None else content_length,
     )
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from tfbatch.handlers.service import InferenceService
-from tfbatch.handlers.user_code import load_handlers
+from tfbatch.handlers.user_code import UserHandlers, load_handlers
 from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS
 from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
@@ -51,11 +51,14 @@ def build_stack(
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     loopback_token: str | None = None,
+    on_script: Callable[[UserHandlers], None] | None = None,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
     ``env`` is exported before the user script is imported, so module-level code sees it
-    (SageMaker passes a job's Environment to the container the same way).
+    (SageMaker passes a job's Environment to the container the same way). The script is
+    imported before the model loads, and ``on_script`` is called with it then: a batch job
+    starts its handler worker processes there, so they import the script while the model loads.
     """
     from tfbatch.artifact import open_artifact
     from tfbatch.runtime import ModelServer, RuntimeSettings
@@ -68,12 +71,14 @@ def build_stack(
     try:
         from tfbatch.tfs.warmup import warm_up
 
-        # Applies the thread settings; each version replays its TFS warm-up requests before it serves.
-        model_server = ModelServer.from_artifact(artifact, settings, warmup=warm_up)
         handlers = None
         if artifact.inference_script is not None:
             handlers = load_handlers(artifact.inference_script, install=install_requirements)
             log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
+            if on_script is not None:
+                on_script(handlers)
+        # Applies the thread settings; each version replays its TFS warm-up requests before it serves.
+        model_server = ModelServer.from_artifact(artifact, settings, warmup=warm_up)
         if handlers is not None and loopback:
             from tfbatch.tfs.loopback import LoopbackEndpoints
 

@@ -81,17 +81,22 @@ class InstanceRunner:
         configure_threads(settings)
         gpus = enable_memory_growth()
         self.precision_options = apply_precision(self.spec.precision, gpus)
-        self.stack = build_stack(
-            self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env,
-            max_image_pixels=self.spec.max_image_pixels,
-        )
+        try:
+            self.stack = build_stack(
+                self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env,
+                max_image_pixels=self.spec.max_image_pixels, on_script=self._start_pool,
+            )
+        except BaseException:
+            if self.pool is not None:
+                self.pool.close()
+                self.pool = None
+            raise
         service = self.stack.service
-        if service.handlers is not None and self.handler_workers() > 0:
+        if self.pool is not None:
             # The script's hooks run in worker processes: this one only reads and feeds the model.
-            from tfbatch.handlers.pool import HandlerPool
-            from tfbatch.handlers.pooled import PooledService, pool_init
+            from tfbatch.handlers.pooled import PooledService, models_init
 
-            self.pool = HandlerPool(pool_init(service), self.handler_workers()).start()
+            self.pool.set_models(models_init(service))
             service = PooledService(service, self.pool)
         self.invoker = Invoker(
             service,
@@ -103,6 +108,15 @@ class InstanceRunner:
         )
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         return self
+
+    def _start_pool(self, handlers) -> None:
+        """Called with the script before the model loads: the workers import it meanwhile."""
+        if self.handler_workers() > 0:
+            from tfbatch.handlers.pool import HandlerPool
+            from tfbatch.handlers.pooled import script_init
+
+            self.pool = HandlerPool(script_init(handlers.script, self.spec.max_image_pixels),
+                                    self.handler_workers()).start()
 
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
