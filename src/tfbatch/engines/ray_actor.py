@@ -124,8 +124,13 @@ class InstanceActor:
         return self.runner.ledger.flush()
 
     def batch_stats(self) -> dict:
+        """The batcher's figures per signature, as a local instance on the per-object path reports them."""
         stack = self.runner.stack
-        return stack.model_server.batcher_stats() if stack is not None else {}
+        if stack is None:
+            return {}
+        pool = {} if self.runner.pool is None else self.runner.pool.stats
+        return {name: {**stats, "lane": "per-object", "precision": self.runner.spec.precision, **pool}
+                for name, stats in stack.model_server.batcher_stats().items()}
 
     def close(self) -> None:
         self.objects.shutdown(wait=True)
