@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from functools import partial
 
 from tfbatch.storage import ObjectRef
 
@@ -37,12 +38,12 @@ def fake_listing(n: int) -> Iterator[ObjectRef]:
 
     Key ``i`` is ``shard-{i // 10000:05d}/img-{i:09d}.jpg`` with size ``30000 + i % 1000``,
     as before; it is built a folder at a time (the folder's prefix plus one of 10,000 fixed
-    tails, refs made by ``ObjectRef._make`` in C) because formatting two numbers per key cost
+    tails, each ref one C call) because formatting two numbers per key cost
     more than the planner's own work on it, and a real listing gets its keys from the wire.
     """
     tails = [f"{j:04d}.jpg" for j in range(SHARD)]
     sizes = [30000 + j % 1000 for j in range(SHARD)]  # i % 1000 == j % 1000: SHARD is a multiple of 1000
-    make = ObjectRef._make
+    make = partial(tuple.__new__, ObjectRef)  # what ObjectRef(uri, key, size) makes, without its Python __new__
     for shard in range(-(-n // SHARD)):
         count = min(SHARD, n - shard * SHARD)
         stem = f"shard-{shard:05d}/img-{shard:05d}"

@@ -174,4 +174,4 @@ class KeyIndex:
         return found
 
     def nbytes(self) -> int:
-        return int(self._hi.nbytes + self._lo.nbytes)
+        return int(self._hi.nbytes + self._lo.nbytes + self._starts.nbytes)
