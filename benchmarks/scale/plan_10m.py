@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                              capture_output=True, text=True).stdout
         result = json.loads(out.strip().splitlines()[-1])
         result["setup_write_ledger_s"] = round(write_s, 1)
+        result["command"] = "python -m benchmarks.scale.plan_10m " + " ".join(argv if argv is not None else sys.argv[1:])
+        result["load_average_1m"] = round(os.getloadavg()[0], 1)  # others' work on a shared machine
         result["targets"] = {"peak_rss_mb": 1024, "total_s": 60}
         result["meets_targets"] = result["peak_rss_mb"] <= 1024 and result["total_s"] <= 60
     finally:
