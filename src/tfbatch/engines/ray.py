@@ -6,19 +6,23 @@ Same job, same bytes as the local engine: each actor hosts the unchanged ``Insta
 ``ObjectPipeline`` with its atomic ``.out`` write and ledger marker.
 
 The driver (this process) lists the input once, lazily (``plan.JobInputs``: the job's own
-pass when the job hands it over, actors never list), and keeps a bounded window of objects per
-instance — at most ``concurrency`` in flight plus as many queued — so work starts after the
-first listing page and memory does not grow with the prefix.
+pass when the job hands it over, actors never list), and hands each actor its objects in
+chunks of ``concurrency`` keys, one remote call per chunk. At most ``CHUNKS_IN_FLIGHT`` chunks
+per actor are out (the actor runs them on one pool of ``concurrency`` object threads, so
+it starts the next chunk's objects while the last ones of a chunk finish) and at most one
+more is held, so work starts after the first listing page and memory does not grow with the
+prefix. Results come back per object in each call's answer, and are emitted, counted and
+recorded per object exactly as the local engine's.
 
 Failures: actors have ``max_restarts`` and ``max_task_retries``, so when a worker process
 or a node dies Ray restarts the actor (reloading the model, elsewhere if the node is gone)
-and re-runs the calls that were in flight; the driver resubmits a few more times if
+and re-runs the calls that were in flight; the driver resubmits a chunk a few more times if
 Ray's own retries run out. Re-running an object is harmless: its ``.out`` is replaced
 atomically with the same bytes and its marker rewritten, so the job ends with every output
 written exactly once and every finished object recorded once in the ledger.
 
-CPU-side work: with ``remote_read`` the object bytes are fetched by small Ray tasks that
-may run on any node (see ``ray_actor.read_object``), so a GPU actor's host spends its CPUs
+CPU-side work: with ``remote_read`` each chunk's bytes are fetched by a small Ray task that
+may run on any node (see ``ray_actor.read_objects``), so a GPU actor's host spends its CPUs
 on the model; docs/ray.md describes moving handler code out as well.
 """
 
@@ -46,6 +50,10 @@ log = logging.getLogger(__name__)
 # Environment the driver forwards to actors and reader tasks: S3 endpoint and credentials,
 # container settings, TF log level. Ray workers otherwise see only their raylet's environment.
 FORWARD_PREFIXES = ("AWS_", "SAGEMAKER_", "TF_CPP_", "TFBATCH_", "FSSPEC_")
+
+# Chunks out per actor: one running while the next waits in the actor, so it never idles
+# for a round trip, and the driver's look-ahead stays a few chunks per instance.
+CHUNKS_IN_FLIGHT = 2
 
 
 def _ray():
@@ -101,7 +109,10 @@ class RunTimeline:
     listed: int = 0
     listed_at_first_result: int | None = None
     resubmitted: int = 0
+    calls: int = 0  # chunk calls the driver submitted to actors (resubmissions included)
     actor_pids: dict[int, int] = field(default_factory=dict)
+    # What each actor process says it was handed: {"calls": n, "objects": n}, per instance.
+    actor_calls: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 class RayEngine:
@@ -135,8 +146,10 @@ class RayEngine:
 
 @dataclass
 class _Task:
+    """One chunk of an instance's objects, submitted as one actor call."""
+
     instance: int
-    ref: ObjectRef
+    refs: list[ObjectRef]
     attempts: int = 0
     remote_read: bool = False
 
@@ -150,12 +163,13 @@ class _Job:
         self.options = options
         self.timeline = timeline
         self.n = spec.instance_count
-        self.window = max(1, spec.concurrency)
+        self.chunk = max(1, spec.concurrency)  # keys per call: what one actor runs at once
         self.summaries = [InstanceSummary(instance=i) for i in range(self.n)]
         self.fatal: dict[int, str] = {}
         self.pending: dict = {}  # ray ObjectRef -> _Task
-        self.in_flight = [0] * self.n
-        self.backlog: list[deque[_Task]] = [deque() for _ in range(self.n)]
+        self.in_flight = [0] * self.n  # chunk calls out, per instance
+        self.filling: list[list[ObjectRef]] = [[] for _ in range(self.n)]  # the next chunk, per instance
+        self.backlog: list[deque[_Task]] = [deque() for _ in range(self.n)]  # whole chunks not yet sent
         self.runtime_env = {"env_vars": forwarded_env()} if options.forward_env else None
         self.started = time.monotonic()
 
@@ -171,8 +185,9 @@ class _Job:
             kwargs = dict(
                 num_cpus=opts.cpus_per_instance, num_gpus=opts.gpus_per_instance,
                 max_restarts=opts.max_restarts, max_task_retries=opts.max_task_retries,
-                # process() calls run concurrently so the batcher can fill model batches.
-                max_concurrency=self.window + 4,
+                # The chunks in flight run at once (their objects share the actor's object
+                # pool), beside the driver's small calls (ready, flush, stats).
+                max_concurrency=CHUNKS_IN_FLIGHT + 4,
             )
             if self.runtime_env:
                 kwargs["runtime_env"] = self.runtime_env
@@ -213,50 +228,62 @@ class _Job:
                     pass
 
     def _loop(self, inputs: Iterator[tuple[int, ObjectRef]]) -> None:
-        held: _Task | None = None
         exhausted = False
         while True:
             while not exhausted:
                 if self.stop is not None and self.stop.is_set():
-                    exhausted, held = True, None  # --max-error-rate: finish what is in flight only
-                    for backlog in self.backlog:
-                        backlog.clear()
+                    exhausted = True  # --max-error-rate: finish what is in flight only
+                    for i in range(self.n):
+                        self.backlog[i].clear()
+                        self.filling[i] = []
                     break
-                if held is None:
-                    pair = next(inputs, None)
-                    if pair is None:
-                        exhausted = True
-                        break
-                    held = _Task(pair[0], pair[1], remote_read=self.options.remote_read)
-                if len(self.backlog[held.instance]) >= self.window:
-                    break  # bounded: wait for that instance before listing further
-                self.backlog[held.instance].append(held)
-                held = None
+                if any(self.backlog):
+                    break  # bounded: an instance has a whole chunk it cannot send yet; wait for it
+                pair = next(inputs, None)
+                if pair is None:
+                    exhausted = True
+                    for i in range(self.n):  # the last, partial chunks
+                        self._seal(i)
+                    break
+                i, ref = pair
+                self.filling[i].append(ref)
+                if len(self.filling[i]) >= self.chunk:
+                    self._seal(i)
+                    self._send(i)
             for i in range(self.n):
-                while self.backlog[i] and self.in_flight[i] < self.window:
-                    self._submit(self.backlog[i].popleft())
+                self._send(i)
             if not self.pending and not self.ready:
-                if exhausted and held is None and not any(self.backlog):
+                if exhausted and not any(self.backlog):
                     return
                 continue
             self._collect()
+
+    def _seal(self, i: int) -> None:
+        if self.filling[i]:
+            self.backlog[i].append(_Task(i, self.filling[i], remote_read=self.options.remote_read))
+            self.filling[i] = []
+
+    def _send(self, i: int) -> None:
+        while self.backlog[i] and self.in_flight[i] < CHUNKS_IN_FLIGHT:
+            self._submit(self.backlog[i].popleft())
 
     def _submit(self, task: _Task) -> None:
         i = task.instance
         if i in self.fatal:
             return  # as the local engine: a failed instance's partition is not run
-        ref = task.ref
         data = None
         if task.remote_read:
-            from tfbatch.engines.ray_actor import read_object
+            from tfbatch.engines.ray_actor import read_objects
 
             kwargs = {"num_cpus": self.options.reader_cpus}
             if self.runtime_env:
                 kwargs["runtime_env"] = self.runtime_env
-            data = read_object.options(**kwargs).remote(ref.uri)
-        call = self.actors[i].process.remote(ref.uri, ref.key, ref.size, ref.key in self.with_errors, data)
+            data = read_objects.options(**kwargs).remote([ref.uri for ref in task.refs])
+        items = [(ref.uri, ref.key, ref.size, ref.key in self.with_errors) for ref in task.refs]
+        call = self.actors[i].process_chunk.remote(items, data)
         self.pending[call] = task
         self.in_flight[i] += 1
+        self.timeline.calls += 1
 
     def _collect(self) -> None:
         ray = self.ray
@@ -283,36 +310,43 @@ class _Job:
         i = task.instance
         self.in_flight[i] -= 1
         try:
-            result = ray.get(ref)
+            results = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             if task.remote_read:
-                # The reader failed (missing object, ...): let the instance read it itself, so
-                # the pipeline reports and records the failure exactly as the local engine does.
+                # The reader task itself failed: let the instance read the chunk itself, so
+                # the pipeline reports and records any failure exactly as the local engine does.
                 self._retry(replace(task, remote_read=False), exc, count=False)
                 return
-            result = _lost(task, exc)
+            self._give_up(task, exc)
+            return
         except (ray.exceptions.RayError,) as exc:  # worker/actor/node died, object lost
             self._retry(task, exc)
             return
-        if result is None:  # the instance is fatal; its ready() call says why
+        if results is None:  # the instance is fatal; its ready() call says why
             return
         if self.timeline.first_result_s is None:
             self.timeline.first_result_s = time.monotonic() - self.started
             self.timeline.listed_at_first_result = self.timeline.listed
-        self._count(i, result)
-        self.emit(result)
+        for result in results:
+            self._count(i, result)
+            self.emit(result)
 
     def _retry(self, task: _Task, exc: BaseException, *, count: bool = True) -> None:
         if count:
             task.attempts += 1
         if task.attempts > self.options.resubmits or task.instance in self.fatal:
-            result = _lost(task, exc)
-            self._count(task.instance, result)
-            self.emit(result)
+            self._give_up(task, exc)
             return
-        log.warning("object %s: %s; submitting it again", task.ref.key, type(exc).__name__)
+        log.warning("chunk of %d objects from %s: %s; submitting it again", len(task.refs), task.refs[0].key,
+                    type(exc).__name__)
         self.timeline.resubmitted += 1
         self.backlog[task.instance].appendleft(task)
+
+    def _give_up(self, task: _Task, exc: BaseException) -> None:
+        for ref in task.refs:
+            result = _lost(ref, task.attempts, exc)
+            self._count(task.instance, result)
+            self.emit(result)
 
     def _count(self, i: int, result: ObjectResult) -> None:
         self.summaries[i].count(result)
@@ -333,13 +367,14 @@ class _Job:
                 try:
                     s.batches = self.ray.get(actor.batch_stats.remote(), timeout=30)
                     self.timeline.actor_pids[i] = self.ray.get(actor.pid.remote(), timeout=30)
+                    self.timeline.actor_calls[i] = self.ray.get(actor.calls_received.remote(), timeout=30)
                 except Exception:  # stats only; the outputs are written already
                     log.debug("no batch stats from instance %d", i, exc_info=True)
         return self.summaries
 
 
-def _lost(task: _Task, exc: BaseException) -> ObjectResult:
+def _lost(ref: ObjectRef, attempts: int, exc: BaseException) -> ObjectResult:
     """An object whose every attempt died with its worker: failed, transient, not in the ledger."""
-    message = f"object lost with its Ray worker after {task.attempts} attempts: {type(exc).__name__}: {exc}"
-    failure = RecordFailure(task.ref.key, None, None, message[:2000], 503)
-    return ObjectResult(key=task.ref.key, ok=False, failed_records=1, failures=[failure])
+    message = f"object lost with its Ray worker after {attempts} attempts: {type(exc).__name__}: {exc}"
+    failure = RecordFailure(ref.key, None, None, message[:2000], 503)
+    return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])

@@ -128,6 +128,11 @@ class JobInputs:
         return cls(iter_inputs(spec, page_size=size), spec.instance_count, done, on_total, page_size=size)
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
+        for instances, page in self.pages():
+            yield from zip(instances.tolist(), page)
+
+    def pages(self) -> Iterator[tuple[np.ndarray, list[ObjectRef]]]:
+        """The same pass a listing page at a time: ``(instance per ref, refs still to run)``."""
         todo = 0
         n = self.instance_count
         for page, instances, flags in iter_assigned_pages(self.refs, n, self.done, page_size=self.page_size):
@@ -135,14 +140,10 @@ class JobInputs:
             if flags.any():
                 for i, count in enumerate(np.bincount(instances[flags], minlength=n).tolist()):
                     self.skipped[i] += count
-                run = np.flatnonzero(~flags).tolist()
-                todo += len(run)
-                page_instances = instances.tolist()
-                for j in run:
-                    yield page_instances[j], page[j]
-            else:
-                todo += len(page)
-                yield from zip(instances.tolist(), page)
+                run = np.flatnonzero(~flags)
+                page, instances = [page[j] for j in run.tolist()], instances[run]
+            todo += len(page)
+            yield instances, page
         self.exhausted = True
         if self.on_total is not None:
             self.on_total(todo)
@@ -153,6 +154,24 @@ def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, siz
     """``(instance, chunk)`` from an assigned stream: each chunk holds up to ``size`` of that
     instance's objects in listing order; the last, partial chunks come once the stream ends."""
     buffers: list[list[ObjectRef]] = [[] for _ in range(max(1, instance_count))]
+    if isinstance(pairs, JobInputs):
+        if pairs.instance_count != len(buffers):
+            raise ValueError(f"inputs planned for {pairs.instance_count} instances, chunked for {len(buffers)}")
+        # A page at a time: an instance's refs are picked out with one numpy mask, not a
+        # Python step per key (at 10M keys that step was a tenth of the pass).
+        for instances, page in pairs.pages():
+            for i, buffer in enumerate(buffers):
+                if len(buffers) == 1:
+                    buffer.extend(page)
+                else:
+                    buffer.extend([page[j] for j in np.flatnonzero(instances == i).tolist()])
+                while len(buffer) >= size:
+                    yield i, buffer[:size]
+                    del buffer[:size]
+        for i, buffer in enumerate(buffers):
+            if buffer:
+                yield i, buffer
+        return
     for i, ref in pairs:
         buffer = buffers[i]
         buffer.append(ref)

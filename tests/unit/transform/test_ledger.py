@@ -27,6 +27,24 @@ def test_key_index_is_exact_set_membership(members, probes):
     assert list(index.contains_many(queries)) == [q in members for q in queries]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=200),
+       st.lists(st.tuples(st.integers(0, 45), st.integers(0, 4)), max_size=60),
+       st.integers(0, 58))
+def test_key_index_lookups_agree_with_a_set_on_shared_high_halves(pairs, probes, spread):
+    """Crowded buckets, shared high halves and keys added twice: the bucket directory and the
+    runs sorted by the low half must still give exact membership (real keys almost never do this)."""
+    import numpy as np
+
+    scale = np.uint64(1) << np.uint64(spread)  # from all in one bucket to spread over the top bits
+    his = lambda xs: np.array([h for h, _ in xs], dtype=np.uint64) * scale  # noqa: E731
+    los = lambda xs: np.array([lo for _, lo in xs], dtype=np.uint64)  # noqa: E731
+    index = KeyIndex.from_hashes(his(pairs), los(pairs))
+    assert len(index) == len(set(pairs))
+    queries = pairs + probes
+    assert list(index.contains_hashes(his(queries), los(queries))) == [q in set(pairs) for q in queries]
+
+
 def test_keys_that_differ_only_in_shape_never_collide(tmp_path):
     ledger = Ledger(str(tmp_path), "fp", group_size=2)
     tricky = ["a", "a/b", ".", "a/", "./a", "a.out", "x" * 1000, "é/ü", "a\nb"]

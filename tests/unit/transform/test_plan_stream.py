@@ -50,6 +50,20 @@ def test_chunks_are_bounded_per_instance_and_lose_nothing():
         assert list(refs_from_chunks(mine)) == [r for j, r in pairs if j == i]
 
 
+def test_chunks_of_a_job_s_pass_match_the_pair_stream():
+    """``iter_chunks`` takes a ``JobInputs`` a page at a time; per instance it must give the
+    same chunks, in the same order, as the (instance, ref) stream, done keys dropped."""
+    refs = _refs(5000)
+    done = KeyIndex(r.key for r in refs[::5])
+    by_pages = list(iter_chunks(JobInputs(iter(refs), 3, done, page_size=700), 3, size=64))
+    by_pairs = list(iter_chunks(list(JobInputs(iter(refs), 3, done, page_size=700)), 3, size=64))
+    for i in range(3):
+        assert [c for j, c in by_pages if j == i] == [c for j, c in by_pairs if j == i]
+    assert sum(len(c) for _i, c in by_pages) == 4000 and all(1 <= len(c) <= 64 for _i, c in by_pages)
+    one = list(iter_chunks(JobInputs(iter(refs), 1, done), 1, size=300))
+    assert [r for _i, c in one for r in c] == [r for n, r in enumerate(refs) if n % 5]
+
+
 def test_ledger_load_reads_plain_and_escaped_records_alike(tmp_path):
     """The unparsed fast path for common records must agree with JSON parsing on every key."""
     import json
