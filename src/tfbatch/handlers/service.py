@@ -47,6 +47,9 @@ class InvocationResponse:
     body: bytes
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    # Set only by invoke(stream=True) on a large default JSON answer: the body as chunks to
+    # send with chunked transfer (tfbatch.tfs.jsonstream); ``body`` is then empty.
+    chunks: Any = None
 
     @property
     def ok(self) -> bool:
@@ -130,12 +133,16 @@ class InferenceService:
             return self._channel
 
     # -- invocation ------------------------------------------------------------------------
-    def invoke(self, req: InvocationRequest) -> InvocationResponse:
-        """Never raises: every failure becomes a response carrying its status and message."""
+    def invoke(self, req: InvocationRequest, *, stream: bool = False) -> InvocationResponse:
+        """Never raises: every failure becomes a response carrying its status and message.
+
+        ``stream``: a large JSON answer of the default handling may come back as ``chunks``
+        (the HTTP endpoint sends them as they are encoded) instead of ``body``.
+        """
         try:
             name, version, method = self._target(req)
             if self.handlers is None:
-                return self._invoke_default(req, name, version, method)
+                return self._invoke_default(req, name, version, method, stream)
             ctx = self._context(req, name, version, method)
             if self.handlers.mode == "handler":
                 result = call_user("handler", self.handlers.handler, _Body(req.body), ctx)
@@ -150,7 +157,7 @@ class InferenceService:
             log.exception("invocation failed")
             return InvocationResponse.from_error(from_exception(exc))
 
-    def _invoke_default(self, req, name, version, method) -> InvocationResponse:
+    def _invoke_default(self, req, name, version, method, stream=False) -> InvocationResponse:
         if defaults.is_image(req.content_type):
             if method != "predict":
                 raise InvalidInput(f"an image body can only be sent to predict, not {method}")
@@ -163,6 +170,12 @@ class InferenceService:
         else:
             body = defaults.json_request(req.body, req.content_type)
             result = self._call_model(body, name, version, method)
+        if stream:
+            from tfbatch.tfs import jsonstream
+
+            chunks = jsonstream.plan(result)
+            if chunks is not None:
+                return InvocationResponse(status=200, body=b"", chunks=chunks)
         return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:
