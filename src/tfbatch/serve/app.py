@@ -90,8 +90,9 @@ class EndpointRoutes:
         body = await request.body()
         req = _invocation_request(request, body)
         limiter = self.limiters["invocations"]
-        if self.service.handlers is None:  # the default handling can stream; a script's answer is its own bytes
-            return await run_blocking(lambda: self.service.invoke(req, stream=True), limiter=limiter)
+        # The default handling can stream JSON and answer .npy; a script's answer is its own bytes.
+        if self.service.handlers is None:
+            return await run_blocking(lambda: self.service.invoke(req, endpoint=True), limiter=limiter)
         return await run_blocking(self.service.invoke, req, limiter=limiter)
 
     async def invocations(self, request: Request) -> Response:

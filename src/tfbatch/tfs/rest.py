@@ -27,7 +27,7 @@ from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import METHODS
 from tfbatch.tfs.api import TfsApi
-from tfbatch.tfs import jsonstream
+from tfbatch.tfs import jsonstream, npy
 from tfbatch.tfs.blocking import Limiters, run_blocking
 from tfbatch.tfs.streaming import streamed
 
@@ -115,6 +115,15 @@ def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> byte
     return encoded(api.call(target.action, request, target.name, target.version))
 
 
+def call_for_npy(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
+    """A ``:predict`` whose client asked for ``Accept: application/x-npy`` (tfbatch.tfs.npy)."""
+    if target.action != "predict":
+        raise npy.not_for(target.action)
+    request = decode_json_object(body, ":predict")
+    outputs, _, _ = TfsApi(model_server).predict_arrays(request, target.name, target.version)
+    return npy.npy_bytes(outputs)
+
+
 class TfsRestEndpoint:
     """The ASGI-side handler: parse the path, hop to a thread, map errors to ``{"error": ...}``."""
 
@@ -127,6 +136,9 @@ class TfsRestEndpoint:
             target = parse_path(request.url.path, request.method)
             body = await request.body() if request.method == "POST" else b""
             limiter = self.limiters["tfs"]
+            if request.method == "POST" and npy.wants_npy(request.headers.get("accept")):
+                content = await run_blocking(call_for_npy, self.model_server, target, body, limiter=limiter)
+                return Response(content, media_type=npy.NPY)
             content = await run_blocking(call_model_server, self.model_server, target, body, limiter=limiter)
             if isinstance(content, jsonstream.Plan):
                 return streamed(content, media_type=JSON, limiter=limiter)
