@@ -13,7 +13,7 @@ Phases of one ``/invocations`` call (detection model, one float32 output of 2,62
 gRPC on the same server: the whole ``Predict`` call, then ``tf.make_ndarray``. With ``--spy``,
 py-spy samples every thread of the server while REST requests run (raw stacks to that file).
 
-    python -m benchmarks.latency.phases --n 20 --spy /tmp/rest-spy.txt
+    python -m benchmarks.latency.phases --n 20 --npy --spy /tmp/rest-spy.txt
 """
 
 from __future__ import annotations
@@ -35,19 +35,27 @@ def median_ms(samples: list[float]) -> float:
     return float(np.median(samples)) * 1000
 
 
-def rest_phases(url: str, jpeg: bytes, n: int) -> dict[str, float]:
+def parse_npy(body: bytes) -> np.ndarray:
+    import io
+
+    return np.load(io.BytesIO(body), allow_pickle=False)
+
+
+def rest_phases(url: str, jpeg: bytes, n: int, npy: bool = False) -> dict[str, float]:
+    """``npy``: the opt-in binary answer (``Accept: application/x-npy``), parsed by ``np.load``."""
     import requests
 
     session = requests.Session()
+    headers = {"Content-Type": "application/x-image", **({"Accept": "application/x-npy"} if npy else {})}
+    parse_body = parse_npy if npy else bench.parse_rest
     first, read, parse, total = [], [], [], []
     for i in range(n + 2):
         t0 = time.perf_counter()
-        r = session.post(f"{url}/invocations", data=jpeg, headers={"Content-Type": "application/x-image"},
-                         stream=True)
+        r = session.post(f"{url}/invocations", data=jpeg, headers=headers, stream=True)
         t1 = time.perf_counter()
         body = r.content
         t2 = time.perf_counter()
-        bench.parse_rest(body)
+        parse_body(body)
         t3 = time.perf_counter()
         r.raise_for_status()
         if i >= 2:  # the first two warm the connection and the server
@@ -106,6 +114,7 @@ def main() -> int:
     p.add_argument("--workdir", type=Path, default=Path("/tmp/tfbatch-latency-phases"))
     p.add_argument("--spy", type=Path, help="also py-spy the server (raw stacks to this file)")
     p.add_argument("--seconds", type=float, default=8)
+    p.add_argument("--npy", action="store_true", help="also time the opt-in Accept: application/x-npy answer")
     p.add_argument("--server-flag", action="append", help="extra flag for tfbatch serve (repeatable)")
     args = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -117,6 +126,7 @@ def main() -> int:
     try:
         rest = rest_phases(server.url, jpeg, args.n)
         grpc_ = grpc_phases(server.grpc_port, jpeg, args.n)
+        binary = rest_phases(server.url, jpeg, args.n, npy=True) if args.npy else None
         profile = None
         if args.spy:
             call = bench.rest_invocations(server.url, jpeg, parse=False)()
@@ -130,6 +140,11 @@ def main() -> int:
     print(f"gRPC Predict: call {grpc_['rpc_ms']:.1f} ms, parse {grpc_['parse_ms']:.1f} ms; total {grpc_['total_ms']:.1f} ms")
     print(f"REST/gRPC medians: with parse {rest['total_ms'] / grpc_['total_ms']:.2f}x, "
           f"without {rest['unparsed_ms'] / grpc_['rpc_ms']:.2f}x")
+    if binary:
+        print(f"REST /invocations, Accept: application/x-npy ({binary['body_bytes']:,} bytes): first byte "
+              f"{binary['first_byte_ms']:.1f} ms, read {binary['read_ms']:.1f} ms, parse (np.load) "
+              f"{binary['parse_ms']:.1f} ms; total {binary['total_ms']:.1f} ms "
+              f"({binary['total_ms'] / grpc_['total_ms']:.2f}x gRPC with parse)")
     if profile:
         print(profile)
     return 0

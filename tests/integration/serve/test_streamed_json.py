@@ -42,16 +42,20 @@ def wide_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(wide_dir):
-    """What the non-streamed path writes for a request: jsonenc.dumps of the TFS answer, in-process."""
+def local_server(wide_dir):
     from tfbatch.runtime import ModelServer
-    from tfbatch.tfs.api import TfsApi
 
     server = ModelServer({"model": {1: wide_dir / "1"}})
-    try:
-        yield lambda body: jsonenc.dumps(TfsApi(server).call("predict", body, "model"))
-    finally:
-        server.close()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def expected(local_server):
+    """What the non-streamed path writes for a request: jsonenc.dumps of the TFS answer, in-process."""
+    from tfbatch.tfs.api import TfsApi
+
+    return lambda body: jsonenc.dumps(TfsApi(local_server).call("predict", body, "model"))
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +127,57 @@ def test_clients_leaving_mid_stream_do_not_break_the_server(server, expected):
     assert server.proc.poll() is None
     assert "Exception in ASGI application" not in server.output()
     assert "Traceback" not in server.output()
+
+
+def test_several_outputs_cannot_be_one_npy_answer(server):
+    for path in ("/invocations", "/v1/models/model:predict"):
+        r = requests.post(f"{server.url}{path}", json={"instances": [1.0]}, timeout=30,
+                          headers={**AUTH, "Accept": "application/x-npy"})
+        assert r.status_code == 406, r.text[:300]
+        assert "carries one tensor" in r.json()["error"] and "'wide'" in r.json()["error"]
+
+
+@pytest.mark.parametrize("path", ["/invocations", "/v1/models/model:predict"])
+def test_a_disconnect_stops_the_stream(local_server, expected, path):
+    """The app itself, called as uvicorn calls it: after the first body chunk the client is gone."""
+    import anyio
+    import anyio.lowlevel
+
+    from tfbatch.handlers.service import InferenceService
+    from tfbatch.serve.app import build_app
+    from tfbatch.serve.settings import ServeSettings
+
+    app = build_app(InferenceService(local_server), ServeSettings(request_timeout_s=60))
+    body = b'{"instances": [1.0, 2.0, 3.0, 4.0]}'
+    total = len(expected(json.loads(body)))
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "scheme": "http"}
+    sent: list[dict] = []
+
+    async def go():
+        first_chunk = anyio.Event()
+        requested = False
+
+        async def receive():
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await first_chunk.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message["type"] == "http.response.body" and message.get("body"):
+                first_chunk.set()
+                await anyio.lowlevel.checkpoint()  # as a transport's drain would: the disconnect lands here
+
+        await app(scope, receive, send)
+
+    anyio.run(go)
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    streamed_bytes = sum(len(m.get("body", b"")) for m in sent[1:])
+    assert 0 < streamed_bytes < total / 4, (streamed_bytes, total)
+    assert not any(m.get("more_body") is False for m in sent[1:])  # never claimed to be complete
