@@ -10,7 +10,8 @@ Phases of one ``/invocations`` call (detection model, one float32 output of 2,62
   and with a streamed body the server's encode overlapping them);
 - ``parse``: ``orjson.loads`` + ``np.asarray`` of the body, as the latency bench's client does.
 
-gRPC on the same server: the whole ``Predict`` call, then ``tf.make_ndarray``. With ``--spy``,
+gRPC on the same server: the whole ``Predict`` call, then ``tf.make_ndarray``. The paths are
+called in turn (REST, gRPC, [REST .npy], REST, ...) and each phase's median is reported. With ``--spy``,
 py-spy samples every thread of the server while REST requests run (raw stacks to that file).
 
     python -m benchmarks.latency.phases --n 20 --npy --spy /tmp/rest-spy.txt
@@ -41,15 +42,16 @@ def parse_npy(body: bytes) -> np.ndarray:
     return np.load(io.BytesIO(body), allow_pickle=False)
 
 
-def rest_phases(url: str, jpeg: bytes, n: int, npy: bool = False) -> dict[str, float]:
-    """``npy``: the opt-in binary answer (``Accept: application/x-npy``), parsed by ``np.load``."""
+def rest_call(url: str, jpeg: bytes, npy: bool = False):
+    """One ``/invocations`` call timed by phase; ``npy``: the opt-in ``Accept: application/x-npy``
+    answer, parsed by ``np.load``."""
     import requests
 
     session = requests.Session()
     headers = {"Content-Type": "application/x-image", **({"Accept": "application/x-npy"} if npy else {})}
     parse_body = parse_npy if npy else bench.parse_rest
-    first, read, parse, total = [], [], [], []
-    for i in range(n + 2):
+
+    def call() -> dict:
         t0 = time.perf_counter()
         r = session.post(f"{url}/invocations", data=jpeg, headers=headers, stream=True)
         t1 = time.perf_counter()
@@ -58,26 +60,38 @@ def rest_phases(url: str, jpeg: bytes, n: int, npy: bool = False) -> dict[str, f
         parse_body(body)
         t3 = time.perf_counter()
         r.raise_for_status()
-        if i >= 2:  # the first two warm the connection and the server
-            first.append(t1 - t0), read.append(t2 - t1), parse.append(t3 - t2), total.append(t3 - t0)
-    return {"first_byte_ms": median_ms(first), "read_ms": median_ms(read), "parse_ms": median_ms(parse),
-            "total_ms": median_ms(total), "unparsed_ms": median_ms([a + b for a, b in zip(first, read)]),
-            "chunked": r.headers.get("transfer-encoding") == "chunked", "body_bytes": len(body)}
+        return {"first_byte": t1 - t0, "read": t2 - t1, "parse": t3 - t2, "unparsed": t2 - t0, "total": t3 - t0,
+                "chunked": r.headers.get("transfer-encoding") == "chunked", "body_bytes": len(body)}
+
+    return call
 
 
-def grpc_phases(port: int, jpeg: bytes, n: int) -> dict[str, float]:
-    call = bench.grpc_predict(port, jpeg, parse=False)()
-    rpc, parse = [], []
-    for i in range(n + 2):
+def grpc_call(port: int, jpeg: bytes):
+    stub_call = bench.grpc_predict(port, jpeg, parse=False)()
+
+    def call() -> dict:
         t0 = time.perf_counter()
-        response = call()
+        response = stub_call()
         t1 = time.perf_counter()
         bench.parse_grpc(response)
         t2 = time.perf_counter()
-        if i >= 2:
-            rpc.append(t1 - t0), parse.append(t2 - t1)
-    return {"rpc_ms": median_ms(rpc), "parse_ms": median_ms(parse),
-            "total_ms": median_ms([a + b for a, b in zip(rpc, parse)])}
+        return {"unparsed": t1 - t0, "parse": t2 - t1, "total": t2 - t0}
+
+    return call
+
+
+def interleaved(calls: dict, n: int) -> dict[str, dict]:
+    """Median of every phase, the paths called in turn so that load drift hits them alike."""
+    samples: dict[str, list[dict]] = {label: [] for label in calls}
+    for i in range(n + 2):
+        for label, call in calls.items():
+            phases = call()
+            if i >= 2:  # the first two rounds warm connections and the server
+                samples[label].append(phases)
+    out = {}
+    for label, rows in samples.items():
+        out[label] = {k: (median_ms([r[k] for r in rows]) if isinstance(v, float) else v) for k, v in rows[-1].items()}
+    return out
 
 
 def in_process(model_dir: Path, jpeg: bytes, n: int) -> dict[str, float]:
@@ -124,9 +138,11 @@ def main() -> int:
     local = in_process(model_dir, jpeg, args.n)
     server = bench.Server(model_dir, args.workdir, args.server_flag or [], {})
     try:
-        rest = rest_phases(server.url, jpeg, args.n)
-        grpc_ = grpc_phases(server.grpc_port, jpeg, args.n)
-        binary = rest_phases(server.url, jpeg, args.n, npy=True) if args.npy else None
+        calls = {"rest": rest_call(server.url, jpeg), "grpc": grpc_call(server.grpc_port, jpeg)}
+        if args.npy:
+            calls["npy"] = rest_call(server.url, jpeg, npy=True)
+        got = interleaved(calls, args.n)
+        rest, grpc_, binary = got["rest"], got["grpc"], got.get("npy")
         profile = None
         if args.spy:
             call = bench.rest_invocations(server.url, jpeg, parse=False)()
@@ -135,16 +151,17 @@ def main() -> int:
         server.stop()
     print(f"in process: predict {local['predict_ms']:.1f} ms, JSON encode {local['encode_ms']:.1f} ms")
     print(f"REST /invocations ({rest['body_bytes']:,} bytes, chunked={rest['chunked']}): "
-          f"first byte {rest['first_byte_ms']:.1f} ms, read {rest['read_ms']:.1f} ms, "
-          f"parse {rest['parse_ms']:.1f} ms; total {rest['total_ms']:.1f} ms, without parse {rest['unparsed_ms']:.1f} ms")
-    print(f"gRPC Predict: call {grpc_['rpc_ms']:.1f} ms, parse {grpc_['parse_ms']:.1f} ms; total {grpc_['total_ms']:.1f} ms")
-    print(f"REST/gRPC medians: with parse {rest['total_ms'] / grpc_['total_ms']:.2f}x, "
-          f"without {rest['unparsed_ms'] / grpc_['rpc_ms']:.2f}x")
+          f"first byte {rest['first_byte']:.1f} ms, read {rest['read']:.1f} ms, "
+          f"parse {rest['parse']:.1f} ms; total {rest['total']:.1f} ms, without parse {rest['unparsed']:.1f} ms")
+    print(f"gRPC Predict: call {grpc_['unparsed']:.1f} ms, parse {grpc_['parse']:.1f} ms; total {grpc_['total']:.1f} ms")
+    print(f"REST/gRPC medians: with parse {rest['total'] / grpc_['total']:.2f}x, "
+          f"without {rest['unparsed'] / grpc_['unparsed']:.2f}x")
     if binary:
         print(f"REST /invocations, Accept: application/x-npy ({binary['body_bytes']:,} bytes): first byte "
-              f"{binary['first_byte_ms']:.1f} ms, read {binary['read_ms']:.1f} ms, parse (np.load) "
-              f"{binary['parse_ms']:.1f} ms; total {binary['total_ms']:.1f} ms "
-              f"({binary['total_ms'] / grpc_['total_ms']:.2f}x gRPC with parse)")
+              f"{binary['first_byte']:.1f} ms, read {binary['read']:.1f} ms, parse (np.load) "
+              f"{binary['parse']:.1f} ms; total {binary['total']:.1f} ms "
+              f"({binary['total'] / grpc_['total']:.2f}x gRPC with parse, "
+              f"{binary['unparsed'] / grpc_['unparsed']:.2f}x without)")
     if profile:
         print(profile)
     return 0
