@@ -1,7 +1,7 @@
 """An opt-in binary answer for predict: ``Accept: application/x-npy`` gets the output as a .npy file.
 
 JSON stays the default and the only format TF Serving and SageMaker's container speak: any
-Accept that does not name ``application/x-npy`` gets JSON, exactly as before. A client that
+Accept that does not prefer ``application/x-npy`` (see :func:`wants_npy`) gets JSON, as before. A client that
 asks for .npy gets the one output tensor in NumPy's own file format (a short header with
 dtype and shape, then the raw little-endian values), which ``np.load(io.BytesIO(body))``
 reads back without a parse: 4 bytes a float32 instead of ~10 bytes of decimal text, no
@@ -29,20 +29,28 @@ class NotAcceptable(TfbatchError):
     grpc_code = "INVALID_ARGUMENT"
 
 
+def _quality(params: list[str]) -> float:
+    q = next((p[2:] for p in params if p.lower().startswith("q=")), "1")
+    try:
+        return float(q)
+    except ValueError:
+        return 1.0
+
+
 def wants_npy(accept: str | None) -> bool:
-    """True when the Accept header lists ``application/x-npy`` (with a non-zero q, if one is given)."""
+    """True when the Accept header prefers ``application/x-npy``: listed with a non-zero q, and at
+    least as high as any JSON it also accepts (``application/json``, ``application/*``, ``*/*``)."""
     if not accept:
         return False
+    npy_q, json_q = 0.0, 0.0
     for item in accept.split(","):
         media, *params = (p.strip() for p in item.split(";"))
-        if media.lower() != NPY:
-            continue
-        q = next((p[2:] for p in params if p.lower().startswith("q=")), "1")
-        try:
-            return float(q) > 0
-        except ValueError:
-            return True
-    return False
+        media = media.lower()
+        if media == NPY:
+            npy_q = max(npy_q, _quality(params))
+        elif media in ("application/json", "application/*", "*/*"):
+            json_q = max(json_q, _quality(params))
+    return npy_q > 0 and npy_q >= json_q
 
 
 def npy_bytes(outputs: Mapping[str, np.ndarray], what: str = "predict") -> bytes:

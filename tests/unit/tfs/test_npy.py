@@ -12,7 +12,9 @@ from tfbatch.tfs.npy import NPY, NotAcceptable, npy_bytes, wants_npy
 
 @pytest.mark.parametrize("accept, wanted", [
     (None, False), ("", False), ("application/json", False), ("*/*", False), ("text/csv", False),
-    ("application/x-npy", True), ("Application/X-NPY", True), ("application/json, application/x-npy;q=0.5", True),
+    ("application/x-npy", True), ("Application/X-NPY", True), ("application/x-npy, application/json;q=0.9", True),
+    ("application/json, application/x-npy;q=0.5", False), ("*/*;q=0.1, application/x-npy", True),
+    ("application/x-npy, */*", True),
     ("application/x-npy;q=0", False), ("application/x-npy; q=0.0, application/json", False),
     ("application/x-npz", False), ("application/x-npy-ish", False),
 ])
