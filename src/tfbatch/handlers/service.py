@@ -47,6 +47,9 @@ class InvocationResponse:
     body: bytes
     content_type: str = "application/json"
     headers: dict[str, str] = field(default_factory=dict)
+    # Set only by invoke(endpoint=True) on a large default JSON answer: the body as chunks to
+    # send with chunked transfer (tfbatch.tfs.jsonstream); ``body`` is then empty.
+    chunks: Any = None
 
     @property
     def ok(self) -> bool:
@@ -130,12 +133,17 @@ class InferenceService:
             return self._channel
 
     # -- invocation ------------------------------------------------------------------------
-    def invoke(self, req: InvocationRequest) -> InvocationResponse:
-        """Never raises: every failure becomes a response carrying its status and message."""
+    def invoke(self, req: InvocationRequest, *, endpoint: bool = False) -> InvocationResponse:
+        """Never raises: every failure becomes a response carrying its status and message.
+
+        ``endpoint`` (the HTTP endpoint's options for the default handling): a large JSON
+        answer may come back as ``chunks``, sent as they are encoded, instead of ``body``;
+        ``Accept: application/x-npy`` gets the output as .npy bytes (tfbatch.tfs.npy).
+        """
         try:
             name, version, method = self._target(req)
             if self.handlers is None:
-                return self._invoke_default(req, name, version, method)
+                return self._invoke_default(req, name, version, method, endpoint)
             ctx = self._context(req, name, version, method)
             if self.handlers.mode == "handler":
                 result = call_user("handler", self.handlers.handler, _Body(req.body), ctx)
@@ -150,7 +158,12 @@ class InferenceService:
             log.exception("invocation failed")
             return InvocationResponse.from_error(from_exception(exc))
 
-    def _invoke_default(self, req, name, version, method) -> InvocationResponse:
+    def _invoke_default(self, req, name, version, method, endpoint=False) -> InvocationResponse:
+        from tfbatch.tfs import npy
+
+        as_npy = endpoint and npy.wants_npy(req.accept)
+        if as_npy and method != "predict":
+            raise npy.not_for(method)
         if defaults.is_image(req.content_type):
             if method != "predict":
                 raise InvalidInput(f"an image body can only be sent to predict, not {method}")
@@ -159,10 +172,22 @@ class InferenceService:
             servable = self.model_server.resolve(name, version)
             sig = servable.signatures[servable.default_signature]
             outputs = self.model_server.run(defaults.image_inputs(req.body, sig, self.max_image_pixels), name, version, sig.name)
+            if as_npy:
+                return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
             result = encode_predict(outputs, "row", sig, native=True)
         else:
             body = defaults.json_request(req.body, req.content_type)
+            if as_npy:
+                check_encoded_images(body, self.max_image_pixels)
+                outputs, _, _ = TfsApi(self.model_server).predict_arrays(body, name, version)
+                return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
             result = self._call_model(body, name, version, method)
+        if endpoint:
+            from tfbatch.tfs import jsonstream
+
+            chunks = jsonstream.plan(result)
+            if chunks is not None:
+                return InvocationResponse(status=200, body=b"", chunks=chunks)
         return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:

@@ -22,6 +22,7 @@ from tfbatch.serve.limits import BodyLimitMiddleware, TimeoutMiddleware
 from tfbatch.serve.metrics import MetricsMiddleware, ServeMetrics
 from tfbatch.serve.settings import ServeSettings
 from tfbatch.tfs.rest import error_response, tfs_routes
+from tfbatch.tfs.streaming import streamed
 
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 PRODUCTION_VARIANT = "AllTraffic"
@@ -37,9 +38,12 @@ def _invocation_request(request: Request, body: bytes) -> InvocationRequest:
     )
 
 
-def _response(result: InvocationResponse, extra: dict[str, str] | None = None) -> Response:
+def _response(result: InvocationResponse, extra: dict[str, str] | None = None, limiter: Any = None) -> Response:
     headers = dict(result.headers)
     headers.update(extra or {})
+    if result.chunks is not None:  # a large JSON answer: encoded while it is being sent
+        return streamed(result.chunks, status_code=result.status, media_type=result.content_type,
+                        headers=headers, limiter=limiter)
     return Response(result.body, status_code=result.status, media_type=result.content_type, headers=headers)
 
 
@@ -84,13 +88,16 @@ class EndpointRoutes:
 
     async def _invoke(self, request: Request) -> InvocationResponse:
         body = await request.body()
-        return await run_blocking(
-            self.service.invoke, _invocation_request(request, body), limiter=self.limiters["invocations"]
-        )
+        req = _invocation_request(request, body)
+        limiter = self.limiters["invocations"]
+        # The default handling can stream JSON and answer .npy; a script's answer is its own bytes.
+        if self.service.handlers is None:
+            return await run_blocking(lambda: self.service.invoke(req, endpoint=True), limiter=limiter)
+        return await run_blocking(self.service.invoke, req, limiter=limiter)
 
     async def invocations(self, request: Request) -> Response:
         try:
-            return _response(await self._invoke(request))
+            return _response(await self._invoke(request), limiter=self.limiters["invocations"])
         except TfbatchError as err:  # body limit hit while reading
             return error_response(err)
 
@@ -102,7 +109,8 @@ class EndpointRoutes:
             return error_response(err)
         if not result.ok:
             return model_error(result)
-        return _response(result, {"x-Amzn-Invoked-Production-Variant": PRODUCTION_VARIANT})
+        return _response(result, {"x-Amzn-Invoked-Production-Variant": PRODUCTION_VARIANT},
+                         limiter=self.limiters["invocations"])
 
     async def execution_parameters(self, request: Request) -> Response:
         runtime = self.service.model_server.settings

@@ -29,11 +29,17 @@ class TfsApi:
 
         ``native`` keeps numeric outputs as numpy arrays for ``jsonenc.dumps`` (the HTTP paths).
         """
+        outputs, fmt, sig = self.predict_arrays(body, name, version)
+        return codec.encode_predict(outputs, fmt, sig, native=native)
+
+    def predict_arrays(
+        self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None
+    ) -> tuple[dict, str, SignatureInfo]:
+        """``:predict`` up to the model's outputs (for answers that are not TF Serving JSON)."""
         servable = self.model_server.resolve(name, version)
         sig = servable.signature(_signature_name(body))
         tensors, fmt = codec.decode_predict(body, sig)
-        outputs = self.model_server.run_signature(servable, sig, tensors)
-        return codec.encode_predict(outputs, fmt, sig, native=native)
+        return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.model_server.resolve(name, version)

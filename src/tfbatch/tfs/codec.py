@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 
 from tfbatch import errors
 from tfbatch.runtime.servable import coerce
@@ -242,19 +244,30 @@ def encode_predict(
         )
     if len(keys) == 1:
         return {"predictions": to_json_value(arrays[keys[0]], keys[0], shortest_floats, native)}
-    columns = [to_json_value(arrays[k], k, shortest_floats, native) for k in keys]
+    columns = [_column_rows(arrays[k], k, shortest_floats, native) for k in keys]
     return {"predictions": [dict(zip(keys, row)) for row in zip(*columns)]}
+
+
+def _column_rows(arr: np.ndarray, key: str, shortest_floats: bool, native: bool) -> Any:
+    """One output's values, indexable by row (to be zipped with the other outputs' rows)."""
+    value = to_json_value(arr, key, shortest_floats, native)
+    if isinstance(value, orjson.Fragment):  # non-finite floats: one text for the whole array, not per row
+        return [to_json_value(row, key, shortest_floats, native) for row in arr]
+    return value
 
 
 def to_json_value(arr: np.ndarray, key: str = "", shortest_floats: bool = False, native: bool = False) -> Any:
     """Nested lists of JSON-ready Python values (``tolist`` does the work in C), or with
     ``native`` the numpy array itself where :mod:`~tfbatch.runtime.jsonenc` can write it."""
     arr = np.asarray(arr)
+    kind = arr.dtype.kind
     if native:
         fast = jsonenc.native_array(arr)
         if fast is not None:
             return fast
-    kind = arr.dtype.kind
+        if arr.ndim == 0 and kind == "f" and not np.isfinite(arr):
+            # orjson writes a bare nan as null; TF Serving writes NaN / Infinity / -Infinity.
+            return orjson.Fragment(json.dumps(float(arr)).encode())
     if kind == "f":
         if shortest_floats and arr.dtype.itemsize < 8:
             # numpy prints the shortest repr that round-trips the float32; reading it back as

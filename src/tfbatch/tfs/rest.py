@@ -6,7 +6,9 @@
 The ``:method`` suffix lives inside the last path segment, which Starlette's path
 converters cannot express, so one catch-all route parses the rest of the path itself.
 Model calls block (TensorFlow, the batcher's futures): JSON decoding, the call and JSON
-encoding all run in the thread pool so the event loop keeps serving other requests.
+encoding all run in the thread pool so the event loop keeps serving other requests. A
+response holding a large array is encoded in chunks and sent with chunked transfer
+(:mod:`tfbatch.tfs.streaming`), byte for byte the JSON a single encode would give.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import METHODS
 from tfbatch.tfs.api import TfsApi
+from tfbatch.tfs import jsonstream, npy
 from tfbatch.tfs.blocking import Limiters, run_blocking
+from tfbatch.tfs.streaming import streamed
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +99,29 @@ def decode_json_object(body: bytes, what: str) -> dict:
     return value
 
 
-def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
-    """The blocking part of one TFS REST request: decode, run, encode."""
+def encoded(value: Any) -> bytes | jsonstream.Plan:
+    """The JSON body of ``value``: its bytes, or the plan of its chunks when it holds a large array."""
+    chunks = jsonstream.plan(value)
+    return json_bytes(value) if chunks is None else chunks
+
+
+def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> bytes | jsonstream.Plan:
+    """The blocking part of one TFS REST request: decode, run, encode (or plan the encoding)."""
     api = TfsApi(model_server)
     if target.action in ("status", "metadata"):
         fn = api.status if target.action == "status" else api.metadata
         return json_bytes(fn(target.name, target.version))
     request = decode_json_object(body, f":{target.action}")
-    return json_bytes(api.call(target.action, request, target.name, target.version))
+    return encoded(api.call(target.action, request, target.name, target.version))
+
+
+def call_for_npy(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
+    """A ``:predict`` whose client asked for ``Accept: application/x-npy`` (tfbatch.tfs.npy)."""
+    if target.action != "predict":
+        raise npy.not_for(target.action)
+    request = decode_json_object(body, ":predict")
+    outputs, _, _ = TfsApi(model_server).predict_arrays(request, target.name, target.version)
+    return npy.npy_bytes(outputs)
 
 
 class TfsRestEndpoint:
@@ -116,9 +135,13 @@ class TfsRestEndpoint:
         try:
             target = parse_path(request.url.path, request.method)
             body = await request.body() if request.method == "POST" else b""
-            content = await run_blocking(
-                call_model_server, self.model_server, target, body, limiter=self.limiters["tfs"]
-            )
+            limiter = self.limiters["tfs"]
+            if request.method == "POST" and npy.wants_npy(request.headers.get("accept")):
+                content = await run_blocking(call_for_npy, self.model_server, target, body, limiter=limiter)
+                return Response(content, media_type=npy.NPY)
+            content = await run_blocking(call_model_server, self.model_server, target, body, limiter=limiter)
+            if isinstance(content, jsonstream.Plan):
+                return streamed(content, media_type=JSON, limiter=limiter)
             return Response(content, media_type=JSON)
         except TfbatchError as err:
             return error_response(err)
