@@ -170,8 +170,30 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
             each = ", ".join(f"{r['steady_images_per_s'] or 0:.0f}" for r in data["runs"][name])
             lines.append(f"| {name} | {med['steady'] or 0:.1f} | {med['end_to_end'] or 0:.1f} | "
                          f"{med['steady_cpu_ms'] or 0:.1f} | {each} |")
-        lines.append("")
+        lines += [""] + breakdown_lines(data["runs"]["auto"])
     path.write_text("\n".join(lines) + "\n")
+
+
+def breakdown_lines(auto_runs: list[dict[str, Any]]) -> list[str]:
+    """Where each auto run's rows and time went, from the tuner's own account in the job report."""
+    lines = ["Auto runs, by phase (the tuner's account; a phase's time is the gaps between its batch completions; "
+             "cost = its time minus its rows at the chosen size's steady rate):", "",
+             "| auto run | chose | probe rows / s / cost s | re-check rows / s / cost s | chosen rows / s "
+             "| probe cost, % of the run's batch time | ms per row by size (tuner) |", "|---|---|---|---|---|---|---|"]
+    for i, run in enumerate(auto_runs, 1):
+        tuned = (run.get("lane") or {}).get("autotune") or {}
+        phases = tuned.get("phases")
+        if not phases:
+            continue
+        probe, recheck, chosen = phases["probe"], phases["recheck"], phases["chosen"]
+        total = probe["seconds"] + recheck["seconds"] + chosen["seconds"]
+        cost = (probe.get("cost_seconds") or 0) + (recheck.get("cost_seconds") or 0)
+        lines.append(
+            f"| {i} | {tuned.get('chosen')} | {probe['rows']} / {probe['seconds']:.2f} / {probe.get('cost_seconds', 'n/a')} "
+            f"| {recheck['rows']} / {recheck['seconds']:.2f} / {recheck.get('cost_seconds', 'n/a')} "
+            f"| {chosen['rows']} / {chosen['seconds']:.2f} | {100 * cost / total if total else 0:.0f} % "
+            f"| {tuned.get('ms_per_row')} ({tuned.get('measure')}) |")
+    return lines + [""]
 
 
 def main(argv: list[str] | None = None) -> int:

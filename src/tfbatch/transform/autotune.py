@@ -72,6 +72,42 @@ class _Run:
         return None if wall is None or cpu is None else cpu / wall
 
 
+class Phases:
+    """Where the lane's rows and time went: probing, re-checking, or running the chosen size.
+
+    Batches overlap, so a batch's time is the gap since the batch completion before it; the
+    first completion only starts the clock. What the probe costs the job is the probe's time
+    minus what its rows would have taken at the chosen size's rate.
+    """
+
+    NAMES = ("probe", "recheck", "chosen")
+
+    def __init__(self) -> None:
+        self.rows = dict.fromkeys(self.NAMES, 0)
+        self.seconds = dict.fromkeys(self.NAMES, 0.0)
+        self.cpu = dict.fromkeys(self.NAMES, 0.0)
+        self._last: tuple[float, float | None] | None = None
+
+    def add(self, phase: str, rows: int, at: float, cpu: float | None) -> None:
+        if self._last is not None:
+            self.rows[phase] += rows
+            self.seconds[phase] += max(0.0, at - self._last[0])
+            if cpu is not None and self._last[1] is not None:
+                self.cpu[phase] += max(0.0, cpu - self._last[1])
+        self._last = (at, cpu)
+
+    def report(self) -> dict:
+        out: dict = {}
+        steady = self.seconds["chosen"] / self.rows["chosen"] if self.rows["chosen"] else None
+        for name in self.NAMES:
+            out[name] = {"rows": self.rows[name], "seconds": round(self.seconds[name], 3),
+                         "cpu_seconds": round(self.cpu[name], 3)}
+            if steady is not None and name != "chosen":
+                # Seconds lost against running these rows at the chosen size's steady rate.
+                out[name]["cost_seconds"] = round(self.seconds[name] - self.rows[name] * steady, 3)
+        return out
+
+
 class BatchSizeProbe:
     def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2, lead: int = 2,
                  tolerance: float = 0.05, fallback: int = 16, give_up: float = 0.5, recheck_rows: int = 4096,
@@ -95,6 +131,7 @@ class BatchSizeProbe:
         self._rechecking = False
         self._rows_since = 0
         self.history: list[int] = []  # every choice made, first probe and re-checks
+        self.phases = Phases()
 
     def _runs_of(self, sizes) -> list[int]:
         return [c for c in sizes for _ in range(self.lead + self.repeats)]
@@ -114,6 +151,8 @@ class BatchSizeProbe:
         """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds), when the
         process had used ``cpu`` CPU seconds. Short batches (the job's tail) count only if
         their size is a candidate."""
+        self.phases.add("probe" if self._chosen is None else "recheck" if self._rechecking else "chosen",
+                        rows, at, cpu)
         run = self._runs.get(rows)
         if run is None:
             return
@@ -204,4 +243,5 @@ class BatchSizeProbe:
             "ms_per_row": {str(c): round(t * 1000, 3) for c, t in sorted(self.per_row.items())},
             "measure": "cpu ms per row (machine shared)" if self.metric == "cpu" else "wall ms per row",
             "choices": list(self.history),
+            "phases": self.phases.report(),
         }
