@@ -153,7 +153,7 @@ class BatchSizeProbe:
         self.history: list[int] = []  # every choice made, first probe and re-checks
         self.reasons: list[str] = []
         self.phases = Phases()
-        self.probe_rows = 0  # rows handed out before the first choice
+        self.probe_rows = 0  # rows the first probe handed out at sizes other than the best so far
         self.budget: int | None = None  # that probe's cap, once known
         self._rows_done = 0
         self._chosen: int | None = None
@@ -172,7 +172,8 @@ class BatchSizeProbe:
         self._moved = False
         self._results: dict[int, _Trial] = {}
         self._trial = _Trial(incumbent, self.repeats)
-        self._round_rows = 0
+        self._round_rows = 0  # rows handed out at sizes other than the best so far: the probe's cost
+        self._waiting = 0
 
     def _neighbour(self, size: int, direction: int) -> int | None:
         i = self.candidates.index(size) + direction
@@ -241,16 +242,25 @@ class BatchSizeProbe:
         """The size of the next batch to form."""
         if self._chosen is not None and not self._rechecking:
             return self._chosen
-        size = self._trial.size
-        if not self._allowed(self._round_rows + size):
-            self._settle(f"{self._incumbent}: the probe stopped at its budget of {self._round_rows} rows "
-                         f"(a {self.share:.0%} share) while timing {size}")
+        trial = self._trial
+        if trial.handed < 1 + self.repeats:
+            if trial.size == self._incumbent:
+                trial.handed += 1
+                return trial.size
+            if self._allowed(self._round_rows + trial.size):
+                trial.handed += 1
+                self._round_rows += trial.size
+                if not self._rechecking:
+                    self.probe_rows += trial.size
+                return trial.size
+            self._settle(f"{self._incumbent}: timing {trial.size} would take the rows run at other sizes "
+                         f"({self._round_rows}) past the probe's budget, {self.share:.0%} of the job")
             return self.chosen
-        self._round_rows += size
-        if not self._rechecking:
-            self.probe_rows += size
-        self._trial.handed += 1
-        return size
+        # The trial's batches are all out: until they finish, the best size so far runs.
+        self._waiting += 1
+        if self._waiting > 8 * (1 + self.repeats):
+            self._settle(f"{self._incumbent}: the batches timing {trial.size} did not finish")
+        return self._incumbent
 
     def observe(self, rows: int, at: float, cpu: float | None = None) -> None:
         """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds), when the
@@ -280,6 +290,7 @@ class BatchSizeProbe:
             self._settle(self._why())
         else:
             self._trial = _Trial(nxt, self.repeats)
+            self._waiting = 0
 
     def _why(self) -> str:
         timed = ", ".join(f"{s}: {1000 * c:.3g}" for s, c in sorted(

@@ -169,9 +169,13 @@ class InstanceRunner:
             from tfbatch.transform.autotune import BatchSizeProbe
 
             tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows)
+        chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
+                     "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
+                     "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
+                     else "batch size x (workers + 1)"}
         return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
                          workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
-                         max_in_flight=self.spec.max_concurrent_transforms)
+                         max_in_flight=self.spec.max_concurrent_transforms, chosen_by=chosen_by)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.

@@ -20,7 +20,7 @@ class Lane:
         self.clock = 0.0
         self.job = iter(job) if job is not None else itertools.count()
         self.rows = 0
-        self.probe_rows = 0  # rows handed out while the probe had not chosen yet
+        self.probe_rows = 0  # rows handed out at sizes other than the default before the probe chose
 
     def run(self, ms_per_row: dict[int, float], batches: int | None = None) -> list[int]:
         sizes = []
@@ -30,7 +30,7 @@ class Lane:
             rows = len(list(itertools.islice(self.job, size)))
             if not rows:
                 break
-            if probing and not self.probe.settled:
+            if probing and not self.probe.settled and size != self.probe.start:
                 self.probe_rows += rows
             sizes.append(size)
             self.rows += rows
@@ -199,3 +199,53 @@ def test_count_ahead_passes_every_item_once_and_reads_ahead_only_when_asked():
     assert list(ahead) == list(range(1, 30)) and ahead.rows(100) == (30, True)
     short = CountAhead(range(3), limit=10)
     assert short.rows(100) == (3, True) and list(short) == [0, 1, 2]
+
+
+class PipelinedLane:
+    """Like the real lane: ``workers`` batches run at once and the driver keeps one more
+    formed, so the probe hands out sizes before the batches it is timing have finished."""
+
+    def __init__(self, probe: BatchSizeProbe, job, workers: int = 2):
+        self.probe, self.job, self.workers = probe, iter(job), workers
+        self.free = [0.0] * workers
+        self.now = 0.0
+        self.in_flight: list[tuple[float, int]] = []
+        self.rows = 0
+        self.probe_rows = 0
+
+    def _finish_one(self) -> None:
+        self.in_flight.sort()
+        at, rows = self.in_flight.pop(0)
+        self.now = max(self.now, at)
+        self.probe.observe(rows, at)
+
+    def run(self, ms_per_row: dict[int, float]) -> None:
+        while True:
+            while len(self.in_flight) >= self.workers + 1:
+                self._finish_one()
+            probing = not self.probe.settled
+            size = self.probe.next_size()
+            rows = len(list(itertools.islice(self.job, size)))
+            if not rows:
+                break
+            if probing and not self.probe.settled and size != self.probe.start:
+                self.probe_rows += rows
+            self.rows += rows
+            w = min(range(self.workers), key=self.free.__getitem__)
+            self.free[w] = max(self.free[w], self.now) + ms_per_row[size] * rows / 1000
+            self.in_flight.append((self.free[w], rows))
+        while self.in_flight:
+            self._finish_one()
+
+
+def test_with_batches_in_flight_the_probe_times_each_size_and_keeps_to_its_budget():
+    job = CountAhead(range(2000))
+    probe = BatchSizeProbe((8, 16, 32, 64), repeats=2, share=0.1, job_rows=job.rows)
+    lane = PipelinedLane(probe, job)
+    lane.run({8: 3.0, 16: 2.0, 32: 1.6, 64: 1.5})
+    assert lane.rows == 2000 and probe.settled
+    # Two batches run at once: the lane finishes a row every half of a batch's ms per row.
+    assert probe.report()["ms_per_row"] == pytest.approx({"16": 1.0, "32": 0.8})
+    # 64 would cost 192 more rows than the 200 the job allows: the probe keeps 32.
+    assert probe.chosen == 32 and "budget" in probe.report()["why"]
+    assert lane.probe_rows == probe.probe_rows <= 200
