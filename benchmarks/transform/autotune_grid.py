@@ -6,12 +6,14 @@ flags (auto) and once per grid point (``--max-batch-size B --lane-workers W``). 
 interleaved: every round runs the grid points in a shuffled order with an auto run placed
 between every few of them, so a load change on a shared machine hits auto and grid alike.
 
-    python -m benchmarks.transform.autotune_grid --models tiny,mobilenet_v2 --images 500 \\
+    python -m benchmarks.transform.autotune_grid --models tiny --images 2000 --rounds 2 \\
         --out benchmarks/transform/autotune_grid.json
 
 The figure is auto's steady images/s (median over its runs) divided by the best grid point's
 (median over its runs); target >= 0.9. Steady rate is measured the same way as in bench.py
-(outputs' modification times after the first 10 %), so auto's probe batches count against it.
+(outputs' modification times after the first 10 %). Auto's probe (at most 10 % of the rows run at
+other sizes) may fall partly before that window, so the whole-process figure, which carries all of
+it and the start-up, is reported beside it.
 """
 
 from __future__ import annotations
