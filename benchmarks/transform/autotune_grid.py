@@ -166,6 +166,7 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                   "" if data["best_cpu_over_auto_cpu"] is None else
                   f"CPU per image, best grid point ({data['best_grid_point_cpu']}) / auto: "
                   f"**{data['best_cpu_over_auto_cpu']:.2f}** (load-robust; 1.0 = auto as cheap as the best)", "",
+                  *same_point_lines(data),
                   "| run | steady img/s (median) | end-to-end img/s | steady CPU ms/img | steady img/s of each run |",
                   "|---|---|---|---|---|"]
         for name, med in sorted(data["median"].items(), key=lambda kv: -(kv[1]["steady"] or 0)):
@@ -174,6 +175,21 @@ def write_markdown(results: dict[str, Any], path: Path) -> None:
                          f"{med['steady_cpu_ms'] or 0:.1f} | {each} |")
         lines += [""] + breakdown_lines(data["runs"]["auto"])
     path.write_text("\n".join(lines) + "\n")
+
+
+def same_point_lines(data: dict[str, Any]) -> list[str]:
+    """Auto against the fixed setting it chose most often: what the probe itself cost, apart from the choice."""
+    choices = [c for c in data["auto_choices"] if c]
+    if not choices:
+        return []
+    size, workers = max(set(choices), key=choices.count).split("x")
+    point, auto = data["median"].get(f"b{size}-w{workers}"), data["median"]["auto"]
+    if not point or not point["steady"] or not auto["steady"]:
+        return []
+    cpu = (f", CPU per image {point['steady_cpu_ms'] / auto['steady_cpu_ms']:.2f}"
+           if point["steady_cpu_ms"] and auto["steady_cpu_ms"] else "")
+    return [f"auto / the grid point it chose most often (b{size}-w{workers}): steady {auto['steady'] / point['steady']:.2f}, "
+            f"end to end {auto['end_to_end'] / point['end_to_end']:.2f}{cpu}", ""]
 
 
 def breakdown_lines(auto_runs: list[dict[str, Any]]) -> list[str]:
@@ -198,6 +214,11 @@ def breakdown_lines(auto_runs: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def rewrite(json_path: Path) -> None:
+    """Write the markdown again from a results file (e.g. after the report gained a section)."""
+    write_markdown(json.loads(json_path.read_text()), json_path.with_suffix(".md"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.autotune_grid",
                                      description=__doc__.splitlines()[0])
@@ -213,7 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--note", default="")
     parser.add_argument("--src", help="run tfbatch from this src/ folder (e.g. a `git archive` of the commit measured)")
+    parser.add_argument("--rewrite", help="only write the markdown again from this results .json")
     args = parser.parse_args(argv)
+    if args.rewrite:
+        rewrite(Path(args.rewrite))
+        return 0
 
     workdir = Path(args.workdir)
     inputs = ensure_dataset(workdir / f"dataset-{args.images}-0", args.images, seed=0)
