@@ -9,11 +9,12 @@ MobileNetV2 40 % more CPU per image than 16 on the grid, and trying it was the p
 largest cost).
 
 Probe batches are real outputs, never redone; what the probe costs is only the gap between
-the sizes it tried and the one it keeps. That cost is capped: every row handed out before
-the choice counts against ``share`` of the job's rows when the job's size is known
-(``job_rows(n)`` counts up to n rows ahead and says whether that was all of them), else a
-fixed ``budget_rows``. At the cap the probe stops and keeps the best
-size it has, so a 500-image job spends at most 50 rows finding out.
+the sizes it tried and the one it keeps. So the rows it runs at sizes other than the best so
+far are capped at ``share`` of the job's rows when the job's size is known (``job_rows(n)``
+counts up to n rows ahead and says whether that was all of them), else at a fixed
+``budget_rows``; while a trial's batches finish, the best size so far runs, not more of the
+trial. At the cap the probe stops and keeps the best size it has: a 500-image job may spend 50
+rows, too few to time 32 (3 batches, 96 rows), so it keeps the default.
 
 What is timed is the lane's throughput, not a model call: with two batches in flight, a
 call's own duration does not show what it costs the batch beside it (timing calls made main's
