@@ -248,14 +248,16 @@ class BatchSizeProbe:
             if trial.size == self._incumbent:
                 trial.handed += 1
                 return trial.size
-            if self._allowed(self._round_rows + trial.size):
+            # A trial starts only if all its batches fit: a lone batch of a size tells nothing.
+            if trial.handed or self._allowed(self._round_rows + trial.size * (1 + self.repeats)):
                 trial.handed += 1
                 self._round_rows += trial.size
                 if not self._rechecking:
                     self.probe_rows += trial.size
                 return trial.size
-            self._settle(f"{self._incumbent}: timing {trial.size} would take the rows run at other sizes "
-                         f"({self._round_rows}) past the probe's budget, {self.share:.0%} of the job")
+            self._settle(f"{self._incumbent}: timing {trial.size} ({1 + self.repeats} batches) would take the rows "
+                         f"run at other sizes past the probe's budget, {self.share:.0%} of the job "
+                         f"({self._round_rows} spent)")
             return self.chosen
         # The trial's batches are all out: until they finish, the best size so far runs.
         self._waiting += 1

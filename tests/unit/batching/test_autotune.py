@@ -249,3 +249,5 @@ def test_with_batches_in_flight_the_probe_times_each_size_and_keeps_to_its_budge
     # 64 would cost 192 more rows than the 200 the job allows: the probe keeps 32.
     assert probe.chosen == 32 and "budget" in probe.report()["why"]
     assert lane.probe_rows == probe.probe_rows <= 200
+    # No batch of 64 at all: its trial (3 batches) would not fit, so it never started.
+    assert probe.probe_rows == 96 and "timing 64" in probe.report()["why"]
