@@ -42,10 +42,10 @@ class Lane:
 def test_climbs_from_the_default_while_each_step_up_pays():
     probe = BatchSizeProbe((8, 16, 32, 64), repeats=2, fallback=16)
     sizes = Lane(probe).run({8: 3.0, 16: 2.0, 32: 1.5, 64: 1.6}, 20)
-    # A window of one opening completion and two timed ones per size: 16, then 32 (faster),
-    # then 64 (not faster), so 32 is kept; 8 is never tried.
-    assert sizes[:9] == [16] * 3 + [32] * 3 + [64] * 3
-    assert set(sizes[9:]) == {32} and 8 not in sizes
+    # A window of one opening completion and two timed ones per size (the job's first trial
+    # opens at its third): 16, then 32 (faster), then 64 (not faster), so 32 is kept; 8 is never tried.
+    assert sizes[:11] == [16] * 5 + [32] * 3 + [64] * 3
+    assert set(sizes[11:]) == {32} and 8 not in sizes
     assert probe.settled and probe.chosen == 32
     assert probe.report()["ms_per_row"] == {"16": 2.0, "32": 1.5, "64": 1.6}
 
@@ -54,8 +54,8 @@ def test_stops_early_when_a_bigger_size_is_slower():
     probe = BatchSizeProbe((8, 16, 32, 64), repeats=2, fallback=16)
     # 64 would be faster still, but 32 is slower than 16: the climb does not go past it.
     sizes = Lane(probe).run({8: 2.2, 16: 2.0, 32: 2.5, 64: 1.0}, 20)
-    assert sizes[:9] == [16] * 3 + [32] * 3 + [8] * 3
-    assert 64 not in sizes and probe.chosen == 16 and set(sizes[9:]) == {16}
+    assert sizes[:11] == [16] * 5 + [32] * 3 + [8] * 3
+    assert 64 not in sizes and probe.chosen == 16 and set(sizes[11:]) == {16}
 
 
 def test_steps_down_when_the_first_step_up_does_not_pay():
@@ -71,15 +71,27 @@ def test_a_step_within_tolerance_is_not_taken():
 
 
 def test_the_first_completion_of_a_size_only_opens_its_window():
-    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8)
+    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, first_lead=1)
     probe.observe(8, 100.0)  # a new shape's set-up, or the pipeline still holding the size before
     assert probe.report()["ms_per_row"] == {}
     probe.observe(8, 100.016)
     assert probe.report()["ms_per_row"] == {"8": 2.0}
 
 
+def test_the_jobs_first_batches_stay_out_of_the_first_window():
+    probe = BatchSizeProbe((16, 32), repeats=1, fallback=16, first_lead=3)
+    # The model's first calls on each lane thread: slow, and not what 16 costs.
+    for rows, at in ((16, 1.0), (16, 1.9), (16, 1.932), (16, 1.964)):
+        probe.observe(rows, at)
+    assert probe.report()["ms_per_row"] == {"16": 2.0}
+    # A later size needs no such lead: its shape is the only new thing.
+    for rows, at in ((32, 2.0), (32, 2.032)):
+        probe.observe(rows, at)
+    assert probe.report()["ms_per_row"] == {"16": 2.0, "32": 1.0}
+
+
 def test_a_late_batch_of_the_previous_size_counts_its_rows_in_the_window():
-    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8)
+    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, first_lead=1)
     for rows, at in ((8, 0.0), (8, 0.016)):
         probe.observe(rows, at)
     probe.observe(16, 0.05)  # 16's window opens
@@ -116,7 +128,7 @@ def test_a_recheck_climbs_from_the_chosen_size_and_moves_only_for_a_clear_gain()
     timings = {8: 2.0, 16: 1.9, 32: 2.0}
     probe = BatchSizeProbe((8, 16, 32), repeats=1, fallback=16, recheck_rows=1024)
     lane = Lane(probe)
-    lane.run(timings, 6)
+    lane.run(timings, 8)
     assert probe.chosen == 16 and probe.report()["choices"] == [16]
     # The load changes: 32 is now 3 % faster than 16, which is noise, so 16 stays.
     timings.update({16: 2.0, 32: 1.94})
@@ -166,7 +178,7 @@ def test_candidates_and_share_are_checked():
 
 
 def test_on_a_shared_machine_sizes_are_compared_by_cpu_per_row():
-    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, cores=2)
+    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, cores=2, first_lead=1)
     # The process gets a quarter of its two cores: a neighbour's burst makes 16 look slow on
     # the wall clock (5 ms/row vs 3), but it used less CPU per row (0.9 ms vs 1.2).
     for rows, at, cpu in ((8, 0.0, 0.0), (8, 0.024, 0.0096), (16, 0.1, 0.02), (16, 0.18, 0.0344)):
@@ -176,7 +188,7 @@ def test_on_a_shared_machine_sizes_are_compared_by_cpu_per_row():
 
 
 def test_with_its_cores_to_itself_the_probe_compares_wall_time():
-    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, cores=2)
+    probe = BatchSizeProbe((8, 16), repeats=1, fallback=8, cores=2, first_lead=1)
     # Both cores busy (CPU = 2 x wall): wall time per row decides, 8 is faster.
     for rows, at, cpu in ((8, 0.0, 0.0), (8, 0.016, 0.032), (16, 0.1, 0.2), (16, 0.14, 0.28)):
         probe.observe(rows, at, cpu)
