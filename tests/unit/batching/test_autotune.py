@@ -126,17 +126,17 @@ def test_without_the_jobs_size_the_probe_keeps_to_a_fixed_budget():
 
 def test_a_recheck_climbs_from_the_chosen_size_and_moves_only_for_a_clear_gain():
     timings = {8: 2.0, 16: 1.9, 32: 2.0}
-    probe = BatchSizeProbe((8, 16, 32), repeats=1, fallback=16, recheck_rows=1024)
+    probe = BatchSizeProbe((8, 16, 32), repeats=1, fallback=16, recheck_rows=2048)
     lane = Lane(probe)
     lane.run(timings, 8)
     assert probe.chosen == 16 and probe.report()["choices"] == [16]
     # The load changes: 32 is now 3 % faster than 16, which is noise, so 16 stays.
     timings.update({16: 2.0, 32: 1.94})
-    sizes = lane.run(timings, 80)
+    sizes = lane.run(timings, 140)
     assert 32 in sizes and probe.chosen == 16 and len(probe.history) == 2
-    # Later 32 is clearly faster: the next re-check (2,048 rows on) moves there, and the report says so.
+    # Later 32 is clearly faster: the next re-check (4,096 rows on) moves there, and the report says so.
     timings.update({32: 1.5})
-    lane.run(timings, 140)
+    lane.run(timings, 280)
     assert probe.chosen == 32
     assert probe.report()["choices"][0] == 16 and probe.report()["choices"][-1] == 32
     assert probe.report()["ms_per_row"]["32"] == 1.5
@@ -261,5 +261,6 @@ def test_with_batches_in_flight_the_probe_times_each_size_and_keeps_to_its_budge
     # 64 would cost 192 more rows than the 200 the job allows: the probe keeps 32.
     assert probe.chosen == 32 and "budget" in probe.report()["why"]
     assert lane.probe_rows == probe.probe_rows <= 200
-    # No batch of 64 at all: its trial (3 batches) would not fit, so it never started.
-    assert probe.probe_rows == 96 and "timing 64" in probe.report()["why"]
+    # 32's trial: 3 timed batches and 2 more keeping the lane full; no batch of 64 at all, as
+    # its trial (5 batches) would not fit, so it never started.
+    assert probe.probe_rows == 160 and "timing 64" in probe.report()["why"]
