@@ -1,138 +1,224 @@
 """Pick the model batch size from the job's own batches, instead of asking the user.
 
 The seeds tell users to "experiment with powers of two". The lane does that experiment on
-the job's real data: it forms a short run of batches at each candidate size in turn and
-keeps the size that finished images fastest. Probe batches are real work, so nothing is
-wasted but the difference between a poor size and the best one; a size whose first timing
-is already far behind the best (``give_up``) is cut short. A size within ``tolerance`` of
-the best but smaller wins: less memory and latency for the same throughput.
+the job's real data, as a hill climb from the default size: it times the default, then the
+next size up, and keeps climbing only while each step is faster by more than ``tolerance``;
+when the first step up does not pay, it tries one step down the same way. Most jobs settle
+after two or three sizes, never touching the far ends of the range (64 rows per batch cost
+MobileNetV2 40 % more CPU per image than 16 on the grid, and trying it was the probe's
+largest cost).
 
-What is timed is the lane's throughput: wall time between batch completions per row, over
-the batches of a run after its first ``lead`` (which pay for a new shape's kernel set-up and
-for the pipeline filling with the new size). Timing each model call on its own (the first
-version) favoured the smallest size: with two batches in flight a call's own duration does
-not show what it costs the batch beside it, and the grid found 8 chosen where 64 used 20 %
-less CPU per image (benchmarks/transform/autotune_grid-tiny-before.md).
+Probe batches are real outputs, never redone; what the probe costs is only the gap between
+the sizes it tried and the one it keeps. So the rows it runs at sizes other than the best so
+far are capped at ``share`` of the job's rows when the job's size is known (``job_rows(n)``
+counts up to n rows ahead and says whether that was all of them), else at a fixed
+``budget_rows``. At the cap the probe stops and keeps the best size it has: a 500-image job may
+spend 50 rows, too few to time 32 (5 batches with the lane's in flight, 160 rows), so it keeps
+the default.
+
+What is timed is the lane's throughput, not a model call: with two batches in flight, a
+call's own duration does not show what it costs the batch beside it (timing calls made main's
+tuner pick 8 where 64 used 20 % less CPU per image). A size's window opens at its first
+completion, which pays for a new shape's kernel set-up and the pipeline still holding the
+size before, and closes at its last; every row completed in between counts, whatever its
+size, so a late batch of the previous size is charged with its own rows instead of skewing
+the new size's time.
 
 On a shared machine wall times mostly measure the neighbours. When the process got less
 than ``contended`` of its ``cores`` during the probe, sizes are compared by CPU seconds per
 row instead, which the load barely moves; on saturated cores throughput is cores / that.
 
-A one-off probe is only as good as the load during it, and a long job outlives that load.
-So every ``recheck_rows`` rows the lane times the chosen size again beside its neighbours
-(one size smaller and one larger) and moves to a neighbour only if it beats the chosen size
-by more than ``tolerance``. Pure bookkeeping, fed (rows, completion time) pairs, so it is
-tested with made-up timings.
+A long job outlives the load it was probed under, so after ``recheck_rows`` rows the lane
+climbs again from the chosen size (the neighbours only, the shapes already set up), under
+the same share of the rows since the last choice; the gap between re-checks doubles up to 16
+times ``recheck_rows``, so re-checks stay a small, shrinking share of a long job. Pure
+bookkeeping, fed (rows, completion time, CPU time) triples, so it is tested with made-up
+timings.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 DEFAULT_CANDIDATES = (8, 16, 32, 64)
 
 
-class _Run:
-    """The completions of one size's probe run: the first ``lead`` only set the clocks."""
+class Phases:
+    """Where the lane's rows and time went: probing, re-checking, or running the chosen size.
 
-    def __init__(self, lead: int):
-        self.lead = lead
+    Batches overlap, so a batch's time is the gap since the batch completion before it; the
+    first completion only starts the clock. What the probe costs the job is the probe's time
+    minus what its rows would have taken at the chosen size's rate.
+    """
+
+    NAMES = ("probe", "recheck", "chosen")
+
+    def __init__(self) -> None:
+        self.rows = dict.fromkeys(self.NAMES, 0)
+        self.seconds = dict.fromkeys(self.NAMES, 0.0)
+        self.cpu = dict.fromkeys(self.NAMES, 0.0)
+        self._last: tuple[float, float | None] | None = None
+
+    def add(self, phase: str, rows: int, at: float, cpu: float | None) -> None:
+        if self._last is not None:
+            self.rows[phase] += rows
+            self.seconds[phase] += max(0.0, at - self._last[0])
+            if cpu is not None and self._last[1] is not None:
+                self.cpu[phase] += max(0.0, cpu - self._last[1])
+        self._last = (at, cpu)
+
+    def report(self) -> dict:
+        out: dict = {}
+        steady = self.seconds["chosen"] / self.rows["chosen"] if self.rows["chosen"] else None
+        for name in self.NAMES:
+            out[name] = {"rows": self.rows[name], "seconds": round(self.seconds[name], 3),
+                         "cpu_seconds": round(self.cpu[name], 3)}
+            if steady is not None and name != "chosen":
+                # Seconds lost against running these rows at the chosen size's steady rate.
+                out[name]["cost_seconds"] = round(self.seconds[name] - self.rows[name] * steady, 3)
+        return out
+
+
+class _Trial:
+    """One size's timing window, from its first completion to its last (see the module doc)."""
+
+    def __init__(self, size: int, repeats: int, lead: int = 1):
+        self.size = size
+        self.repeats = repeats
+        self.lead = max(1, lead)
         self.seen = 0
-        self.start: float | None = None
-        self.cpu_start: float | None = None
-        self.rows = 0
-        self.last: float | None = None
-        self.cpu_last: float | None = None
+        self.handed = 0
+        self.timed = 0
+        self._open: tuple[float, float | None, int] | None = None
+        self._close: tuple[float, float | None, int] | None = None
 
-    def add(self, rows: int, at: float, cpu: float | None) -> None:
+    def completed(self, rows_done: int, at: float, cpu: float | None) -> None:
+        """A batch of this size finished; ``rows_done`` counts every row finished so far."""
         self.seen += 1
-        if self.seen <= self.lead:
-            self.start, self.cpu_start = at, cpu
+        if self.seen < self.lead:
             return
-        self.rows += rows
-        self.last, self.cpu_last = at, cpu
+        if self._open is None:
+            self._open = (at, cpu, rows_done)
+            return
+        self._close = (at, cpu, rows_done)
+        self.timed += 1
 
     @property
-    def timed(self) -> int:
-        return max(0, self.seen - self.lead)
+    def done(self) -> bool:
+        return self.timed >= self.repeats
+
+    def _span(self) -> tuple[float, float | None, int] | None:
+        if self._open is None or self._close is None:
+            return None
+        rows = self._close[2] - self._open[2]
+        wall = self._close[0] - self._open[0]
+        if rows <= 0 or wall <= 0:
+            return None
+        cpu = None if self._open[1] is None or self._close[1] is None else self._close[1] - self._open[1]
+        return wall, cpu, rows
 
     @property
     def per_row(self) -> float | None:
-        if not self.rows or self.start is None or self.last is None or self.last <= self.start:
-            return None
-        return (self.last - self.start) / self.rows
+        span = self._span()
+        return None if span is None else span[0] / span[2]
 
     @property
     def cpu_per_row(self) -> float | None:
-        if not self.rows or self.cpu_start is None or self.cpu_last is None or self.cpu_last <= self.cpu_start:
-            return None
-        return (self.cpu_last - self.cpu_start) / self.rows
+        span = self._span()
+        return None if span is None or span[1] is None or span[1] <= 0 else span[1] / span[2]
 
     def share(self) -> float | None:
-        """CPU seconds the process used per wall second in this run (2.0: two cores' worth)."""
+        """CPU seconds the process used per wall second in this window (2.0: two cores' worth)."""
         wall, cpu = self.per_row, self.cpu_per_row
         return None if wall is None or cpu is None else cpu / wall
 
 
 class BatchSizeProbe:
-    def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2, lead: int = 2,
-                 tolerance: float = 0.05, fallback: int = 16, give_up: float = 0.5, recheck_rows: int = 4096,
-                 cores: int | None = None, contended: float = 0.6):
+    def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2,
+                 tolerance: float = 0.05, fallback: int = 16, share: float = 0.1, budget_rows: int = 1000,
+                 job_rows: Callable[[int], tuple[int, bool]] | None = None, recheck_rows: int = 4096,
+                 cores: int | None = None, contended: float = 0.6, first_lead: int = 3, in_flight: int = 2):
         if not candidates or any(c < 1 for c in candidates):
             raise ValueError(f"batch size candidates must be positive, got {candidates}")
+        if not 0 < share <= 1:
+            raise ValueError(f"the probe's share of the job must be in (0, 1], got {share}")
         self.candidates = tuple(sorted(set(candidates)))
         self.repeats = max(1, repeats)
-        self.lead = max(1, lead)
         self.tolerance = tolerance
-        self.give_up = give_up
         self.fallback = fallback
+        self.start = min(self.candidates, key=lambda c: (abs(c - fallback), c))
+        self.share = share
+        self.budget_rows = budget_rows
+        self.job_rows = job_rows
         self.recheck_rows = recheck_rows
         self.cores = cores
         self.contended = contended
+        self.first_lead = first_lead
+        self.in_flight = in_flight  # batches the lane runs beside the one finishing (its workers)
         self.metric = "wall"
         self.per_row: dict[int, float] = {}  # the latest timing of each size, seconds per row
-        self._runs: dict[int, _Run] = {c: _Run(self.lead) for c in self.candidates}
-        self._schedule = self._runs_of(self.candidates)
+        self.history: list[int] = []  # every choice made, first probe and re-checks
+        self.reasons: list[str] = []
+        self.phases = Phases()
+        self.probe_rows = 0  # rows the first probe handed out at sizes other than the best so far
+        self.budget: int | None = None  # that probe's cap, once known
+        self._rows_done = 0
         self._chosen: int | None = None
         self._rechecking = False
         self._rows_since = 0
-        self.history: list[int] = []  # every choice made, first probe and re-checks
+        self._gap = recheck_rows
+        self._gap_rows = recheck_rows
+        self._round_rows = 0
+        self._begin_round(self.start)
 
-    def _runs_of(self, sizes) -> list[int]:
-        return [c for c in sizes for _ in range(self.lead + self.repeats)]
+    # ---- the climb ----------------------------------------------------------------------
 
-    def next_size(self) -> int:
-        """The size of the next batch to form."""
-        while self._schedule:
-            size = self._schedule.pop(0)
-            if not self._gave_up(size):
-                return size
-        if self._chosen is not None:
-            return self._chosen
-        # Every probe batch is handed out but not all timed yet: keep to the best so far.
-        return self._best() or self.fallback
+    def _begin_round(self, incumbent: int) -> None:
+        self._incumbent = incumbent
+        self._direction = 1
+        self._moved = False
+        self._results: dict[int, _Trial] = {}
+        # The job's very first batches also pay for the model's first calls on every lane
+        # thread; left in the first trial's window, they made MobileNetV2 leave 16 for 32,
+        # which the grid measured at a third more CPU per image.
+        self._trial = _Trial(incumbent, self.repeats, lead=1 if self.history else self.first_lead)
+        self._round_rows = 0  # rows handed out at sizes other than the best so far: the probe's cost
+        self._waiting = 0
 
-    def observe(self, rows: int, at: float, cpu: float | None = None) -> None:
-        """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds), when the
-        process had used ``cpu`` CPU seconds. Short batches (the job's tail) count only if
-        their size is a candidate."""
-        run = self._runs.get(rows)
-        if run is None:
-            return
-        probing = self._chosen is None or self._rechecking
-        if not probing:
-            self._rows_since += rows
-            if self.recheck_rows and self._rows_since >= self.recheck_rows:
-                self._start_recheck()
-            return
-        run.add(rows, at, cpu)
-        self._pick_metric()
-        for c, r in self._runs.items():
-            if self._cost(r) is not None:
-                self.per_row[c] = self._cost(r)
-        if all(r.timed >= self.repeats or self._gave_up(c) for c, r in self._runs.items()):
-            if self._rechecking:
-                self._finish_recheck()
+    def _neighbour(self, size: int, direction: int) -> int | None:
+        i = self.candidates.index(size) + direction
+        return self.candidates[i] if 0 <= i < len(self.candidates) else None
+
+    def _next_trial(self) -> int | None:
+        """After a trial: the next size to time, or None when the round is decided."""
+        tried = self._trial
+        self._results[tried.size] = tried
+        if tried.size != self._incumbent:
+            if self._faster(tried.size, self._incumbent):
+                self._incumbent, self._moved = tried.size, True
+            elif self._direction == 1 and not self._moved:
+                self._direction = -1  # the first step up did not pay: try one step down
+                return self._untried(self._neighbour(self._incumbent, -1))
             else:
-                self._choose(self._best())
+                return None
+        nxt = self._untried(self._neighbour(self._incumbent, self._direction))
+        if nxt is None and self._direction == 1 and not self._moved:
+            self._direction = -1  # already the largest size: look down instead
+            nxt = self._untried(self._neighbour(self._incumbent, -1))
+        return nxt
+
+    def _untried(self, size: int | None) -> int | None:
+        return None if size is None or size in self._results else size
+
+    def _faster(self, size: int, than: int) -> bool:
+        mine, theirs = self._cost(self._results.get(size)), self._cost(self._results.get(than))
+        return mine is not None and (theirs is None or mine < theirs * (1 - self.tolerance))
+
+    def _cost(self, trial: _Trial | None) -> float | None:
+        if trial is None:
+            return None
+        return trial.cpu_per_row if self.metric == "cpu" else trial.per_row
 
     def _pick_metric(self) -> None:
         """Wall time per row, unless the machine is shared: when the process got well under
@@ -141,57 +227,105 @@ class BatchSizeProbe:
         with the cores saturated throughput is cores / CPU per row."""
         if not self.cores:
             return
-        shares = [r.share() for r in self._runs.values() if r.share() is not None]
-        if shares and all(r.cpu_per_row is not None for r in self._runs.values() if r.per_row is not None):
+        trials = [*self._results.values(), self._trial]
+        shares = [t.share() for t in trials if t.share() is not None]
+        if shares and all(t.cpu_per_row is not None for t in trials if t.per_row is not None):
             self.metric = "cpu" if sum(shares) / len(shares) < self.contended * self.cores else "wall"
 
-    def _cost(self, run: _Run) -> float | None:
-        return run.cpu_per_row if self.metric == "cpu" else run.per_row
+    # ---- the lane's calls ---------------------------------------------------------------
 
-    def _gave_up(self, size: int) -> bool:
-        """While probing: ``size`` has a timing and it is far behind another size's."""
-        run = self._runs.get(size)
-        if run is None or self._cost(run) is None:
-            return False
-        others = [self._cost(r) for c, r in self._runs.items() if c != size and self._cost(r) is not None]
-        return bool(others) and self._cost(run) > min(others) * (1 + self.give_up)
+    def _allowed(self, rows: int) -> bool:
+        """May this round hand out ``rows`` rows in all? Only within its share of the job."""
+        if self._rechecking:
+            return rows <= self.share * self._gap_rows
+        if self.job_rows is None:
+            self.budget = self.budget_rows
+            return rows <= self.budget
+        want = math.ceil(rows / self.share)
+        seen, exact = self.job_rows(want)
+        if not exact and seen >= want:
+            return True  # the job has at least ``want`` rows, so ``rows`` is within its share
+        # The whole job is counted, or as much of it as the look-ahead holds (a lower bound).
+        self.budget = int(self.share * seen)
+        return rows <= self.budget
 
-    def _best(self) -> int | None:
-        timed = {c: self._cost(r) for c, r in self._runs.items() if self._cost(r) is not None}
-        if not timed:
-            return None
-        best = min(timed.values())
-        return min(c for c, t in timed.items() if t <= best * (1 + self.tolerance))
+    def next_size(self) -> int:
+        """The size of the next batch to form."""
+        if self._chosen is not None and not self._rechecking:
+            return self._chosen
+        trial = self._trial
+        if trial.size == self._incumbent:
+            trial.handed += 1
+            return trial.size
+        planned = trial.lead + self.repeats + self.in_flight
+        # A trial starts only if all its batches fit: a lone batch of a size tells nothing.
+        if not trial.handed and not self._allowed(self._round_rows + trial.size * planned):
+            self._settle(f"{self._incumbent}: timing {trial.size} ({planned} batches) would take the rows "
+                         f"run at other sizes past the probe's budget, {self.share:.0%} of the job "
+                         f"({self._round_rows} spent)")
+            return self.chosen
+        # Until its timed batches finish, the trial's size keeps the lane full, so the batches in
+        # flight when its window closes are like those in flight when it opened. (The best size
+        # so far in their place, smaller and cheaper, left work uncounted at the window's start
+        # and not at its end: 32 looked a fifth cheaper than 16 on MobileNetV2, where the grid
+        # measured it a third dearer.)
+        if trial.handed < planned or self._allowed(self._round_rows + trial.size):
+            trial.handed += 1
+            self._round_rows += trial.size
+            if not self._rechecking:
+                self.probe_rows += trial.size
+            return trial.size
+        self._waiting += 1
+        if self._waiting > 8 * planned:
+            self._settle(f"{self._incumbent}: the batches timing {trial.size} did not finish")
+        return self._incumbent
 
-    def _choose(self, size: int | None) -> None:
-        self._chosen = size or self.fallback
-        self.history.append(self._chosen)
-        self._schedule = []  # the round is decided: probe batches not yet formed are not needed
-        self._rows_since = 0
-        self._rechecking = False
-
-    def _start_recheck(self) -> None:
-        if self._chosen not in self.candidates:
-            self._rows_since = 0
+    def observe(self, rows: int, at: float, cpu: float | None = None) -> None:
+        """A batch of ``rows`` rows finished at ``at`` (a monotonic clock, seconds), when the
+        process had used ``cpu`` CPU seconds."""
+        self.phases.add("probe" if self._chosen is None else "recheck" if self._rechecking else "chosen",
+                        rows, at, cpu)
+        self._rows_done += rows
+        if self._chosen is not None and not self._rechecking:
+            self._rows_since += rows
+            if self.recheck_rows and self._rows_since >= self._gap:
+                self._gap_rows = self._rows_since
+                self._gap = min(2 * self._gap, 16 * self.recheck_rows)
+                self._rechecking = True
+                self._begin_round(self._chosen)
             return
-        i = self.candidates.index(self._chosen)
-        sizes = [self.candidates[j] for j in (i, i - 1, i + 1) if 0 <= j < len(self.candidates)]
-        self._runs = {c: _Run(self.lead) for c in sizes}
-        self._schedule = self._runs_of(sizes)
-        self._rechecking = True
+        if rows != self._trial.size:
+            return  # a batch of an earlier trial (or the job's short tail): its rows count, not its time
+        self._trial.completed(self._rows_done, at, cpu)
+        if not self._trial.done:
+            return
+        self._pick_metric()
+        cost = self._cost(self._trial)
+        if cost is not None:
+            self.per_row[self._trial.size] = cost
+        nxt = self._next_trial()
+        if nxt is None:
+            self._settle(self._why())
+        else:
+            self._trial = _Trial(nxt, self.repeats)
+            self._waiting = 0
 
-    def _finish_recheck(self) -> None:
-        assert self._chosen is not None
-        timed = {c: self._cost(r) for c, r in self._runs.items() if self._cost(r) is not None}
-        keep = timed.get(self._chosen)
-        best = min(timed, key=timed.get) if timed else self._chosen
-        # Move only for a clear gain: noise must not make the lane flap between sizes.
-        move = keep is not None and timed[best] * (1 + self.tolerance) < keep
-        self._choose(best if move else self._chosen)
+    def _why(self) -> str:
+        timed = ", ".join(f"{s}: {1000 * c:.3g}" for s, c in sorted(
+            (s, self._cost(t)) for s, t in self._results.items()) if c is not None)
+        return (f"{self._incumbent} after timing {timed} ms per row ({self.metric}); a step is taken only "
+                f"when it is more than {self.tolerance:.0%} faster")
+
+    def _settle(self, why: str) -> None:
+        self._chosen = self._incumbent
+        self.history.append(self._chosen)
+        self.reasons.append(why)
+        self._rechecking = False
+        self._rows_since = 0
 
     @property
     def chosen(self) -> int:
-        return self._chosen if self._chosen is not None else (self._best() or self.fallback)
+        return self._chosen if self._chosen is not None else self._incumbent
 
     @property
     def settled(self) -> bool:
@@ -200,8 +334,13 @@ class BatchSizeProbe:
     def report(self) -> dict:
         return {
             "chosen": self.chosen,
+            "source": "tuner",
             "settled": self.settled,
+            "why": self.reasons[-1] if self.reasons else "still probing",
+            "probe_rows": self.probe_rows,
+            "probe_budget_rows": self.budget,
             "ms_per_row": {str(c): round(t * 1000, 3) for c, t in sorted(self.per_row.items())},
             "measure": "cpu ms per row (machine shared)" if self.metric == "cpu" else "wall ms per row",
             "choices": list(self.history),
+            "phases": self.phases.report(),
         }

@@ -76,12 +76,14 @@ class BatchLane:
     """Runs the objects of one instance in batches of ``batch_size`` through one servable."""
 
     def __init__(self, spec: Any, service: Any, ledger: Any, *, batch_size: int, workers: int,
-                 batches_ahead: int = 1, tuner: Any = None, max_in_flight: int | None = None):
+                 batches_ahead: int = 1, tuner: Any = None, max_in_flight: int | None = None,
+                 chosen_by: dict[str, str] | None = None):
         self.spec = spec
         self.ledger = ledger
         self.batch_size = max(1, batch_size)
         self.workers = max(1, workers)
         self.tuner = tuner
+        self.chosen_by = chosen_by  # for the report: which flag, default or the tuner set each knob
         self._lock = threading.Lock()
         self.batches_ahead = max(1, batches_ahead)
         # MaxConcurrentTransforms, when given, caps the objects submitted at once (never below one batch).
@@ -264,6 +266,7 @@ class BatchLane:
             "workers": self.workers,
             "in_flight_objects": self.in_flight_objects,
             "objects_run_alone": self.fallbacks,
+            "chosen_by": self.chosen_by,
         }
 
 

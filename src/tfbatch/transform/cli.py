@@ -48,10 +48,12 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", type=_key_value, action="append", metavar="K=V", help="repeatable")
     p.add_argument("--invocations-timeout", type=int, help="InvocationsTimeoutInSeconds per request")
     p.add_argument("--invocations-max-retries", type=int, help="InvocationsMaxRetries per request")
-    p.add_argument("--max-batch-size", type=int, help="model batch size formed across requests and files")
+    p.add_argument("--max-batch-size", type=int,
+                   help="model batch size formed across requests and files (image jobs with no script: "
+                        "default chosen by a short probe of the job's own batches, at most 10%% of its rows)")
     p.add_argument("--lane-workers", type=int,
                    help="image jobs with no script: batches read, decoded and run at once "
-                        "(default: probed at the start, one per core or more)")
+                        "(default: one per core, at least 2)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
 from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.lookahead import CountAhead
 from tfbatch.transform.pipeline import ObjectPipeline
 from tfbatch.transform.plan import iter_partition
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
@@ -158,7 +159,7 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
-    def _lane(self):
+    def _lane(self, job_rows=None):
         """The batch lane when this job fits it (no script, one image per object), else None."""
         from tfbatch.transform.batched import BatchLane, lane_blocker
 
@@ -181,10 +182,14 @@ class InstanceRunner:
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe
 
-            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores())
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows)
+        chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
+                     "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
+                     "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
+                     else "batch size x (workers + 1)"}
         return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
                          workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
-                         max_in_flight=self.spec.max_concurrent_transforms)
+                         max_in_flight=self.spec.max_concurrent_transforms, chosen_by=chosen_by)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
@@ -203,6 +208,8 @@ class InstanceRunner:
             with_errors = self.ledger.keys_with_errors()
             # Done objects are filtered page by page against the ledger's index (not one lookup each).
             refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
+        # The tuner's probe is a share of the job: it may count the listing ahead to know the job's size.
+        refs = counted = CountAhead(refs)
         lock = threading.Lock()
 
         def finished(result: ObjectResult) -> None:
@@ -219,7 +226,7 @@ class InstanceRunner:
                     continue
                 yield ref
 
-        lane = self._lane()
+        lane = self._lane(job_rows=counted.rows)
         try:
             if lane is not None:
                 lane.run(((ref, ref.key in with_errors) for ref in todo()),

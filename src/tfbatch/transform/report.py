@@ -183,6 +183,13 @@ def lane_choices(name: str, stats: dict[str, Any]) -> str:
     """One line saying what the batch lane ran with and whether it chose that or was told to."""
     tuned = stats.get("autotune") or {}
     how = "auto-tuned" if tuned else "set by flags"
-    return (f"{name}: batch size {stats.get('max_batch_size')}, lane workers {stats.get('workers')}, "
+    line = (f"{name}: batch size {stats.get('max_batch_size')}, lane workers {stats.get('workers')}, "
             f"up to {stats.get('in_flight_objects')} objects in flight ({how}; "
             "--max-batch-size, --lane-workers and --max-concurrent-transforms override)")
+    by = stats.get("chosen_by") or {}
+    if by:
+        line += (f"; batch size by {by.get('max_batch_size')}, workers by {by.get('workers')}, "
+                 f"objects in flight by {by.get('in_flight_objects')}")
+    if tuned.get("why"):
+        line += f"; tuner: {tuned['why']}"
+    return line

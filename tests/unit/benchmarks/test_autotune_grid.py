@@ -18,3 +18,17 @@ def test_every_point_runs_once_per_round_with_auto_between():
         assert run <= 2
     # Shuffled per round, deterministically for a seed.
     assert schedule(points, rounds=2, auto_every=2, seed=1) == order
+
+
+def test_each_auto_run_gets_a_row_of_its_phases():
+    from benchmarks.transform.autotune_grid import breakdown_lines
+
+    phases = {"probe": {"rows": 96, "seconds": 1.0, "cpu_seconds": 0.5, "cost_seconds": 0.1},
+              "recheck": {"rows": 0, "seconds": 0.0, "cpu_seconds": 0.0, "cost_seconds": 0.0},
+              "chosen": {"rows": 1900, "seconds": 9.0, "cpu_seconds": 4.0}}
+    runs = [{"lane": {"autotune": {"chosen": 16, "phases": phases, "ms_per_row": {"16": 1.0},
+                                   "measure": "wall ms per row"}}},
+            {"lane": {}}]  # a run whose report was missing: no row
+    rows = [line for line in breakdown_lines(runs) if line.startswith("| 1 ")]
+    assert rows == ["| 1 | 16 | 96 / 1.00 / 0.1 | 0 / 0.00 / 0.0 | 1900 / 9.00 | 1 % | {'16': 1.0} (wall ms per row) |"]
+    assert not [line for line in breakdown_lines(runs) if line.startswith("| 2 ")]
