@@ -5,8 +5,8 @@ instances; the job runs ``--repeats`` times on the same cluster (actor start and
 included, as a user's job pays them). Run it with ``PYTHONPATH`` on two checkouts to compare
 code versions on the same machine, alternately:
 
-    PYTHONPATH=/work/main/src:. python -m benchmarks.scale.ray_calls --objects 3000 --label main
-    PYTHONPATH=src:. python -m benchmarks.scale.ray_calls --objects 3000 --label chunks
+    PYTHONPATH=BASE/src:. python -m benchmarks.scale.ray_calls --objects 2000 --label main
+    PYTHONPATH=src:. python -m benchmarks.scale.ray_calls --objects 2000 --label chunks
 
 ``calls`` is what the engine reports submitting (``RunTimeline.calls``); code without that
 counter made one call per object.
