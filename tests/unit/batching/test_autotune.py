@@ -22,18 +22,23 @@ class Lane:
         self.rows = 0
         self.probe_rows = 0  # rows handed out at sizes other than the default before the probe chose
 
+    def form_batch(self) -> tuple[int, int]:
+        """(size the probe asked for, rows taken from the job); counts rows spent probing."""
+        probing = not self.probe.settled
+        size = self.probe.next_size()
+        rows = len(list(itertools.islice(self.job, size)))
+        if rows and probing and not self.probe.settled and size != self.probe.start:
+            self.probe_rows += rows
+        self.rows += rows
+        return size, rows
+
     def run(self, ms_per_row: dict[int, float], batches: int | None = None) -> list[int]:
         sizes = []
         for _ in itertools.count() if batches is None else range(batches):
-            probing = not self.probe.settled
-            size = self.probe.next_size()
-            rows = len(list(itertools.islice(self.job, size)))
+            size, rows = self.form_batch()
             if not rows:
                 break
-            if probing and not self.probe.settled and size != self.probe.start:
-                self.probe_rows += rows
             sizes.append(size)
-            self.rows += rows
             self.clock += ms_per_row[size] * rows / 1000
             self.probe.observe(rows, self.clock)
         return sizes
@@ -213,17 +218,16 @@ def test_count_ahead_passes_every_item_once_and_reads_ahead_only_when_asked():
     assert short.rows(100) == (3, True) and list(short) == [0, 1, 2]
 
 
-class PipelinedLane:
+class PipelinedLane(Lane):
     """Like the real lane: ``workers`` batches run at once and the driver keeps one more
     formed, so the probe hands out sizes before the batches it is timing have finished."""
 
     def __init__(self, probe: BatchSizeProbe, job, workers: int = 2):
-        self.probe, self.job, self.workers = probe, iter(job), workers
+        super().__init__(probe, job)
+        self.workers = workers
         self.free = [0.0] * workers
         self.now = 0.0
         self.in_flight: list[tuple[float, int]] = []
-        self.rows = 0
-        self.probe_rows = 0
 
     def _finish_one(self) -> None:
         self.in_flight.sort()
@@ -235,14 +239,9 @@ class PipelinedLane:
         while True:
             while len(self.in_flight) >= self.workers + 1:
                 self._finish_one()
-            probing = not self.probe.settled
-            size = self.probe.next_size()
-            rows = len(list(itertools.islice(self.job, size)))
+            size, rows = self.form_batch()
             if not rows:
                 break
-            if probing and not self.probe.settled and size != self.probe.start:
-                self.probe_rows += rows
-            self.rows += rows
             w = min(range(self.workers), key=self.free.__getitem__)
             self.free[w] = max(self.free[w], self.now) + ms_per_row[size] * rows / 1000
             self.in_flight.append((self.free[w], rows))
