@@ -185,9 +185,10 @@ class InferenceService:
         if endpoint:
             from tfbatch.tfs import jsonstream
 
-            chunks = jsonstream.plan(result)
-            if chunks is not None:
-                return InvocationResponse(status=200, body=b"", chunks=chunks)
+            encoded = jsonstream.encode(result)
+            if isinstance(encoded, jsonstream.Plan):
+                return InvocationResponse(status=200, body=b"", chunks=encoded)
+            return InvocationResponse(status=200, body=encoded)
         return InvocationResponse(status=200, body=jsonenc.dumps(result))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:

@@ -73,6 +73,12 @@ def plan(value: Any, chunk_values: int = CHUNK_VALUES) -> Plan | None:
     return out
 
 
+def encode(value: Any) -> bytes | Plan:
+    """``jsonenc.dumps(value)``, or the plan of its chunks when it holds an array worth streaming."""
+    chunks = plan(value)
+    return jsonenc.dumps(value) if chunks is None else chunks
+
+
 def _is_large(value: Any, chunk_values: int) -> bool:
     # Exactly the arrays orjson writes natively (native_array has already widened float16).
     return (isinstance(value, np.ndarray) and value.ndim > 0 and value.size > chunk_values

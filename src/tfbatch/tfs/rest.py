@@ -99,12 +99,6 @@ def decode_json_object(body: bytes, what: str) -> dict:
     return value
 
 
-def encoded(value: Any) -> bytes | jsonstream.Plan:
-    """The JSON body of ``value``: its bytes, or the plan of its chunks when it holds a large array."""
-    chunks = jsonstream.plan(value)
-    return json_bytes(value) if chunks is None else chunks
-
-
 def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> bytes | jsonstream.Plan:
     """The blocking part of one TFS REST request: decode, run, encode (or plan the encoding)."""
     api = TfsApi(model_server)
@@ -112,7 +106,7 @@ def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> byte
         fn = api.status if target.action == "status" else api.metadata
         return json_bytes(fn(target.name, target.version))
     request = decode_json_object(body, f":{target.action}")
-    return encoded(api.call(target.action, request, target.name, target.version))
+    return jsonstream.encode(api.call(target.action, request, target.name, target.version))
 
 
 def call_for_npy(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
