@@ -80,12 +80,36 @@ def grpc_call(port: int, jpeg: bytes):
     return call
 
 
-def interleaved(calls: dict, n: int) -> dict[str, dict]:
-    """Median of every phase, the paths called in turn so that load drift hits them alike."""
+def tree_cpu(proc) -> float:
+    """CPU seconds of a process and its live children (the server's JSON helpers)."""
+    import psutil
+
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def interleaved(calls: dict, n: int, server_pid: int | None = None) -> dict[str, dict]:
+    """Median of every phase, the paths called in turn so that load drift hits them alike.
+
+    With ``server_pid``, each call also gets its CPU: ``client_cpu`` (this process, all threads,
+    the parse included) and ``server_cpu`` (the server and its children)."""
+    import psutil
+
+    server = psutil.Process(server_pid) if server_pid else None
     samples: dict[str, list[dict]] = {label: [] for label in calls}
     for i in range(n + 2):
         for label, call in calls.items():
+            client0 = time.process_time()
+            server0 = tree_cpu(server) if server else 0.0
             phases = call()
+            phases["client_cpu"] = time.process_time() - client0
+            phases["server_cpu"] = (tree_cpu(server) - server0) if server else 0.0
             if i >= 2:  # the first two rounds warm connections and the server
                 samples[label].append(phases)
     out = {}
@@ -141,7 +165,7 @@ def main() -> int:
         calls = {"rest": rest_call(server.url, jpeg), "grpc": grpc_call(server.grpc_port, jpeg)}
         if args.npy:
             calls["npy"] = rest_call(server.url, jpeg, npy=True)
-        got = interleaved(calls, args.n)
+        got = interleaved(calls, args.n, server.proc.pid)
         rest, grpc_, binary = got["rest"], got["grpc"], got.get("npy")
         profile = None
         if args.spy:
@@ -154,6 +178,9 @@ def main() -> int:
           f"first byte {rest['first_byte']:.1f} ms, read {rest['read']:.1f} ms, "
           f"parse {rest['parse']:.1f} ms; total {rest['total']:.1f} ms, without parse {rest['unparsed']:.1f} ms")
     print(f"gRPC Predict: call {grpc_['unparsed']:.1f} ms, parse {grpc_['parse']:.1f} ms; total {grpc_['total']:.1f} ms")
+    for label, row in got.items():
+        print(f"CPU per call, {label}: server (with its helper processes) {row['server_cpu']:.1f} ms, "
+              f"client (parse included) {row['client_cpu']:.1f} ms")
     print(f"REST/gRPC medians: with parse {rest['total'] / grpc_['total']:.2f}x, "
           f"without {rest['unparsed'] / grpc_['unparsed']:.2f}x")
     if binary:

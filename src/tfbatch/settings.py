@@ -147,6 +147,8 @@ class EnvironmentValues(pydantic.BaseModel):
     model_version_policy: Text = _var("TFBATCH_MODEL_VERSION_POLICY")
     model_poll_interval_s: Amount = _var("TFBATCH_MODEL_POLL_SECONDS")
     warmup_replays: NonNegativeInt = _var("TFBATCH_WARMUP_REPLAYS")
+    # The endpoint's JSON helper processes per server process (tfs/json_helpers.py); 0 turns them off.
+    json_helpers: NonNegativeInt = _var("TFBATCH_JSON_HELPERS")
 
     def given(self, *names: str) -> dict[str, Any]:
         """The fields among ``names`` that the environment sets."""

@@ -38,12 +38,13 @@ def _invocation_request(request: Request, body: bytes) -> InvocationRequest:
     )
 
 
-def _response(result: InvocationResponse, extra: dict[str, str] | None = None, limiter: Any = None) -> Response:
+def _response(result: InvocationResponse, extra: dict[str, str] | None = None, limiter: Any = None,
+              json_helpers: Any = None) -> Response:
     headers = dict(result.headers)
     headers.update(extra or {})
     if result.chunks is not None:  # a large JSON answer: encoded while it is being sent
         return streamed(result.chunks, status_code=result.status, media_type=result.content_type,
-                        headers=headers, limiter=limiter)
+                        headers=headers, limiter=limiter, helpers=json_helpers)
     return Response(result.body, status_code=result.status, media_type=result.content_type, headers=headers)
 
 
@@ -76,8 +77,10 @@ class EndpointRoutes:
         metrics: ServeMetrics,
         limiters: Limiters,
         ready: Callable[[], bool],
+        json_helpers: Any = None,
     ):
         self.service = service
+        self.json_helpers = json_helpers
         self.settings = settings
         self.metrics = metrics
         self.limiters = limiters
@@ -97,7 +100,8 @@ class EndpointRoutes:
 
     async def invocations(self, request: Request) -> Response:
         try:
-            return _response(await self._invoke(request), limiter=self.limiters["invocations"])
+            return _response(await self._invoke(request), limiter=self.limiters["invocations"],
+                             json_helpers=self.json_helpers)
         except TfbatchError as err:  # body limit hit while reading
             return error_response(err)
 
@@ -110,7 +114,7 @@ class EndpointRoutes:
         if not result.ok:
             return model_error(result)
         return _response(result, {"x-Amzn-Invoked-Production-Variant": PRODUCTION_VARIANT},
-                         limiter=self.limiters["invocations"])
+                         limiter=self.limiters["invocations"], json_helpers=self.json_helpers)
 
     async def execution_parameters(self, request: Request) -> Response:
         runtime = self.service.model_server.settings
@@ -142,13 +146,17 @@ def build_app(
     *,
     metrics: ServeMetrics | None = None,
     ready: Callable[[], bool] = lambda: True,
+    json_helpers: Any = None,
 ) -> Any:
-    """The whole endpoint as an ASGI app (serve it with uvicorn, or test it with httpx.ASGITransport)."""
+    """The whole endpoint as an ASGI app (serve it with uvicorn, or test it with httpx.ASGITransport).
+
+    ``json_helpers`` (:class:`tfbatch.tfs.json_helpers.JsonHelpers`, owned by the caller) write
+    parts of large JSON answers in other processes."""
     settings = settings or ServeSettings()
     metrics = metrics or ServeMetrics(service.model_server)
     limiters = Limiters(settings.http_threads)
-    endpoints = EndpointRoutes(service, settings, metrics, limiters, ready)
-    app: Any = Starlette(routes=endpoints.routes() + tfs_routes(service.model_server, limiters))
+    endpoints = EndpointRoutes(service, settings, metrics, limiters, ready, json_helpers)
+    app: Any = Starlette(routes=endpoints.routes() + tfs_routes(service.model_server, limiters, json_helpers))
     app = TimeoutMiddleware(app, settings.request_timeout_s)
     app = BodyLimitMiddleware(app, settings.max_body_bytes, settings.body_timeout_s)
     if settings.auth_token:

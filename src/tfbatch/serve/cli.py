@@ -40,6 +40,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--graceful-timeout", type=float, dest="graceful_timeout_s",
                    help="seconds to finish in-flight requests on shutdown (default 30)")
     p.add_argument("--grpc-max-message-mb", type=float, help="gRPC message size limit (default: --max-body-mb)")
+    p.add_argument("--json-helpers", type=int,
+                   help="processes per worker that write parts of large JSON answers (default TFBATCH_JSON_HELPERS, "
+                        "else the cores a worker has beyond its own, at most 3; 0 = none)")
     p.add_argument("--enable-batching", action="store_true", default=None,
                    help="coalesce concurrent requests into model batches (SAGEMAKER_TFS_ENABLE_BATCHING)")
     p.add_argument("--max-batch-size", type=int, help="SAGEMAKER_TFS_MAX_BATCH_SIZE")
@@ -71,7 +74,7 @@ _RUNTIME_FLAGS = ("enable_batching", "max_batch_size", "batch_timeout_micros", "
 _SERVE_FLAGS = ("host", "port", "grpc_port", "workers", "auth_token", "auth_token_file", "insecure", "max_body_mb",
                 "max_request_mb", "request_timeout_s", "graceful_timeout_s", "grpc_max_message_mb",
                 "grpc_max_concurrent_rpcs", "max_connections", "header_timeout_s", "body_timeout_s",
-                "keep_alive_s", "install_requirements", "log_level", "log_format")
+                "keep_alive_s", "install_requirements", "log_level", "log_format", "json_helpers")
 
 
 def _absolute(path: str) -> str:

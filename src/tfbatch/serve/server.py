@@ -67,13 +67,25 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     from tfbatch.serve.auth import BearerAuthInterceptor
     from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthService
     from tfbatch.tfs.grpc_service import start_grpc_server
+    from tfbatch.tfs.json_helpers import JsonHelpers, auto_size
 
+    # Started first, so that they come up while the model loads; a helper that cannot start
+    # costs only the speed of large JSON answers.
+    size = settings.json_helpers if settings.json_helpers is not None else auto_size(settings.workers)
+    json_helpers = JsonHelpers(size) if size else None
+    if json_helpers is not None:
+        json_helpers.start()
     # Handler scripts reach the models through the stack's own loopback endpoints (never
     # blocked behind the /invocations calls that made them), not the public ports.
-    stack = build_stack(
-        model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
-        grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
-    )
+    try:
+        stack = build_stack(
+            model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
+            grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
+        )
+    except BaseException:
+        if json_helpers is not None:
+            json_helpers.close()
+        raise
     model_server, service = stack.model_server, stack.service  # warmed up by build_stack, before anything listens
 
     grpc_server, grpc_port = None, None
@@ -96,6 +108,8 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
             )
         except BaseException:
             stack.close()
+            if json_helpers is not None:
+                json_helpers.close()
             raise
     sock = bind_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
     port = sock.getsockname()[1]
@@ -110,8 +124,10 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         health.set(SERVING)
         _write_ready(ready_file, info)
 
+    if json_helpers is not None:
+        json_helpers.start(wait_s=60)
     config = uvicorn.Config(
-        build_app(service, settings, ready=lambda: model_server.ready),
+        build_app(service, settings, ready=lambda: model_server.ready, json_helpers=json_helpers),
         log_level=settings.log_level,
         access_log=False,
         lifespan="off",
@@ -132,6 +148,8 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         health.set(NOT_SERVING)
         if grpc_server is not None:
             grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
+        if json_helpers is not None:
+            json_helpers.close()
         stack.close()
         sock.close()
     return 0

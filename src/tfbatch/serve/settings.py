@@ -1,7 +1,8 @@
 """Endpoint settings: one typed object from flags and the environment.
 
 Environment (flags win): ``SAGEMAKER_BIND_TO_PORT`` (HTTP port, as the SageMaker container),
-``TFBATCH_AUTH_TOKEN`` / ``TFBATCH_AUTH_TOKEN_FILE`` (bearer token, kept out of ``ps``), and
+``TFBATCH_AUTH_TOKEN`` / ``TFBATCH_AUTH_TOKEN_FILE`` (bearer token, kept out of ``ps``),
+``TFBATCH_JSON_HELPERS`` (processes that write large JSON answers), and
 the ``SAGEMAKER_TFS_*`` batching variables, read by
 :meth:`tfbatch.runtime.RuntimeSettings.from_env`.
 """
@@ -50,6 +51,9 @@ class ServeSettings(pydantic.BaseModel):
     keep_alive_s: float = pydantic.Field(75.0, gt=0)  # above typical load-balancer idle timeouts (60 s)
     # Threads per kind of HTTP work (TFS routes, /invocations); bounds concurrent model calls.
     http_threads: int = pydantic.Field(64, ge=1)
+    # Processes per server process that write parts of large JSON answers (tfs/json_helpers.py);
+    # unset: the cores a worker process has beyond its own, at most 3; 0: none.
+    json_helpers: int | None = pydantic.Field(None, ge=0)
     install_requirements: bool = False
     # Set by the --workers supervisor: each worker process binds the shared ports.
     reuse_port: bool = False
@@ -99,7 +103,7 @@ class ServeSettings(pydantic.BaseModel):
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "ServeSettings":
         """Settings from the environment; keyword overrides (flags) that are not None win."""
         environment = Environment.read(env)
-        values: dict[str, Any] = environment.given("port")
+        values: dict[str, Any] = environment.given("port", "json_helpers")
         if environment.auth_token_file is not None:
             values["auth_token"] = read_token_file(environment.auth_token_file)
         if environment.auth_token is not None:

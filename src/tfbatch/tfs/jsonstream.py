@@ -21,20 +21,23 @@ import numpy as np
 import orjson
 
 from tfbatch.runtime import jsonenc
+from tfbatch.tfs import jsonpieces
 
 # About 0.6 MB of float32 text and a few ms of orjson per chunk: small enough that the event
 # loop gets the GIL back often to feed the socket, large enough that per-chunk Python is noise.
 CHUNK_VALUES = 1 << 16
 
-_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_OPTIONS = jsonpieces.OPTIONS
 _NATIVE = frozenset("biuf")
 
 
 class Plan:
     """Pre-encoded bytes and large arrays, in response order; iterate it for the chunks."""
 
-    def __init__(self, chunk_values: int):
+    def __init__(self, chunk_values: int, helpers: Any = None):
         self.chunk_values = chunk_values
+        # A tfbatch.tfs.json_helpers.JsonHelpers: other processes write parts of each large array.
+        self.helpers = helpers
         self.parts: list[bytes | np.ndarray] = []
         self._pending: list[bytes] = []
 
@@ -52,20 +55,35 @@ class Plan:
 
     def __iter__(self) -> Iterator[bytes]:
         self._flush()
+        if self.helpers is not None:
+            yield from self.helpers.encode(self._items())
+            return
         for part in self.parts:
             if isinstance(part, bytes):
                 yield part
             else:
                 yield from array_chunks(part, self.chunk_values)
 
+    def _items(self) -> list[bytes | tuple[np.ndarray, jsonpieces.Piece]]:
+        # The whole answer as text and (values, piece) pairs: the helpers share the pieces of
+        # every large array in it (a row-format answer has one array per row and output).
+        items: list = []
+        for part in self.parts:
+            if isinstance(part, bytes):
+                items.append(part)
+                continue
+            flat = part.reshape(-1)
+            items.extend(p.head if p.shape is None else (flat, p) for p in jsonpieces.pieces(part.shape, self.chunk_values))
+        return items
 
-def plan(value: Any, chunk_values: int = CHUNK_VALUES) -> Plan | None:
+
+def plan(value: Any, chunk_values: int = CHUNK_VALUES, helpers: Any = None) -> Plan | None:
     """The chunks of ``jsonenc.dumps(value)``, or None when nothing in it is worth streaming
     (no array above ``chunk_values`` values) or orjson cannot write it (then ``dumps`` falls
     back to the standard library, whose output only ``dumps`` itself reproduces)."""
     if not _has_large_array(value, chunk_values):
         return None
-    out = Plan(chunk_values)
+    out = Plan(chunk_values, helpers)
     try:
         _walk(value, out)
     except (TypeError, orjson.JSONEncodeError):
@@ -73,9 +91,10 @@ def plan(value: Any, chunk_values: int = CHUNK_VALUES) -> Plan | None:
     return out
 
 
-def encode(value: Any) -> bytes | Plan:
-    """``jsonenc.dumps(value)``, or the plan of its chunks when it holds an array worth streaming."""
-    chunks = plan(value)
+def encode(value: Any, helpers: Any = None) -> bytes | Plan:
+    """``jsonenc.dumps(value)``, or the plan of its chunks when it holds an array worth streaming
+    (written with ``helpers``' processes when they are given)."""
+    chunks = plan(value, helpers=helpers)
     return jsonenc.dumps(value) if chunks is None else chunks
 
 
@@ -117,24 +136,6 @@ def _walk(value: Any, out: Plan) -> None:
 
 def array_chunks(arr: np.ndarray, chunk_values: int) -> Iterator[bytes]:
     """``orjson.dumps(arr)`` in pieces of at most about ``chunk_values`` values each."""
-    if arr.size <= chunk_values:
-        yield orjson.dumps(arr, option=_OPTIONS)
-        return
-    rows = arr.shape[0]
-    per_row = arr.size // rows
-    if per_row > chunk_values:  # one row alone is too big: cut inside each row
-        yield b"["
-        for i in range(rows):
-            if i:
-                yield b","
-            yield from array_chunks(arr[i], chunk_values)
-        yield b"]"
-        return
-    step = chunk_values // per_row
-    for start in range(0, rows, step):
-        # dumps of rows [start, stop) is "[r,r,...]": keep the inside, add this array's own
-        # brackets and the comma between slices.
-        text = orjson.dumps(arr[start:start + step], option=_OPTIONS)
-        head = b"[" if start == 0 else b","
-        tail = b"]" if start + step >= rows else b""
-        yield head + text[1:-1] + tail
+    flat = arr.reshape(-1)
+    for piece in jsonpieces.pieces(arr.shape, chunk_values):
+        yield jsonpieces.encode(flat, piece)

@@ -121,9 +121,10 @@ def call_for_npy(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
 class TfsRestEndpoint:
     """The ASGI-side handler: parse the path, hop to a thread, map errors to ``{"error": ...}``."""
 
-    def __init__(self, model_server: Any, limiters: Limiters | None = None):
+    def __init__(self, model_server: Any, limiters: Limiters | None = None, json_helpers: Any = None):
         self.model_server = model_server
         self.limiters = limiters or Limiters()
+        self.json_helpers = json_helpers
 
     async def handle(self, request: Request) -> Response:
         try:
@@ -135,7 +136,7 @@ class TfsRestEndpoint:
                 return Response(content, media_type=npy.NPY)
             content = await run_blocking(call_model_server, self.model_server, target, body, limiter=limiter)
             if isinstance(content, jsonstream.Plan):
-                return streamed(content, media_type=JSON, limiter=limiter)
+                return streamed(content, media_type=JSON, limiter=limiter, helpers=self.json_helpers)
             return Response(content, media_type=JSON)
         except TfbatchError as err:
             return error_response(err)
@@ -144,8 +145,8 @@ class TfsRestEndpoint:
             return error_response(from_exception(exc))
 
 
-def tfs_routes(model_server: Any, limiters: Limiters | None = None) -> list[Route]:
-    endpoint = TfsRestEndpoint(model_server, limiters)
+def tfs_routes(model_server: Any, limiters: Limiters | None = None, json_helpers: Any = None) -> list[Route]:
+    endpoint = TfsRestEndpoint(model_server, limiters, json_helpers)
     return [Route("/v1/models/{rest:path}", endpoint.handle, methods=["GET", "POST"], name="tfs")]
 
 

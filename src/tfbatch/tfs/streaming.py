@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
 
 import anyio
 from starlette.responses import StreamingResponse
 
 from tfbatch.tfs.blocking import run_blocking
+from tfbatch.tfs.jsonstream import Plan
 
 _END = object()
 
@@ -51,7 +53,13 @@ def streamed(
     status_code: int = 200,
     headers: Mapping[str, str] | None = None,
     limiter: anyio.CapacityLimiter | None = None,
+    helpers: Any = None,
 ) -> StreamingResponse:
-    """A response with no Content-Length whose body is ``chunks``, sent with transfer-encoding chunked."""
+    """A response with no Content-Length whose body is ``chunks``, sent with transfer-encoding chunked.
+
+    ``helpers`` (a :class:`tfbatch.tfs.json_helpers.JsonHelpers`) write parts of a JSON plan's
+    large arrays in other processes."""
+    if helpers is not None and isinstance(chunks, Plan):
+        chunks.helpers = helpers
     return StreamingResponse(prefetched(chunks, limiter), status_code=status_code, media_type=media_type,
                              headers=dict(headers or {}))
