@@ -16,8 +16,8 @@ importing NumPy and orjson only, never a fork of a TensorFlow process), started 
 time a response is large enough to use them, in the background: no request waits for a start.
 A helper that dies, stalls past ``timeout_s`` or answers with an error is dropped and this
 process writes its remaining pieces; a later response starts a replacement. A stream that is
-abandoned (the client went away) hands its helpers to a thread that reads and discards what
-they still send before lending them again.
+abandoned (the client went away) gives its helpers back owing texts; their next borrower reads
+and discards those first.
 
 Wire, both ends our own: a job is ``!IQ`` (meta length, data length), the meta (orjson: per
 piece its dtype, byte offset into the data, shape, inner flag, head and tail), the values.
@@ -161,7 +161,6 @@ class JsonHelpers:
         self.pieces_by_helpers = 0
         self.started = 0
         self.dropped = 0
-        self.drained = 0
 
     # --- lending -------------------------------------------------------------------------------
 
@@ -170,7 +169,18 @@ class JsonHelpers:
             self._start_missing()
             taken, self._idle = self._idle[:want], self._idle[want:]
             self._lent += len(taken)
-        return taken
+        return [helper for helper in taken if self._settle(helper)]
+
+    def _settle(self, helper: _Helper) -> bool:
+        # A helper given back by an abandoned stream still owes texts: read and forget them
+        # (at most one job's worth, already being written) before it takes a new job.
+        try:
+            while helper.owed:
+                helper.next_text()
+        except (OSError, EOFError, RuntimeError, struct.error) as exc:
+            self._drop(helper, f"while its abandoned answer was discarded: {exc}")
+            return False
+        return True
 
     def _give_back(self, helper: _Helper) -> None:
         with self._lock:
@@ -192,18 +202,6 @@ class JsonHelpers:
         except OSError:
             pass
         helper.close()
-
-    def _drain(self, helper: _Helper) -> None:
-        # An abandoned stream: read and forget the texts the helper still writes, then lend it again.
-        try:
-            while helper.owed:
-                helper.next_text()
-        except (OSError, EOFError, RuntimeError, struct.error) as exc:
-            self._drop(helper, f"while its abandoned answer was discarded: {exc}")
-            return
-        with self._lock:
-            self.drained += 1
-        self._give_back(helper)
 
     # --- starting ------------------------------------------------------------------------------
 
@@ -246,6 +244,12 @@ class JsonHelpers:
                 self._started_or_failed.wait_for(lambda: self._starting == 0, timeout=wait_s)
             return len(self._idle)
 
+    @property
+    def lent(self) -> int:
+        """Helpers lent to responses now."""
+        with self._lock:
+            return self._lent
+
     def pids(self) -> list[int]:
         """The helper processes alive now, lent or idle."""
         with self._lock:
@@ -268,15 +272,17 @@ class JsonHelpers:
         total = sum(item[1].size for item in items if isinstance(item, tuple))
         want = min(self.size, total // self.min_share_values - 1)
         helpers = self._borrow(want) if want > 0 else []
-        # Pieces with values take turns: this process, helper 1, helper 2, ... so that every
-        # writer works on the part of the text the stream reaches next.
-        lanes = len(helpers) + 1
+        # In stream order, each piece goes to the writer with the fewest values so far (this
+        # process first on a tie): every writer works near the part of the text sent next, and
+        # a row-format answer's uneven pieces (a row's 65,536 values, then its last 4,465) still
+        # split evenly.
+        load = [0] * (len(helpers) + 1)
         owner: dict[int, int] = {}
-        turn = 0
         for index, item in enumerate(items):
             if isinstance(item, tuple) and item[1].size:
-                owner[index] = turn % lanes
-                turn += 1
+                lane = load.index(min(load))
+                owner[index] = lane
+                load[lane] += item[1].size
         lane_of: dict[int, _Helper | None] = {}
         for lane, helper in enumerate(helpers, start=1):
             group = [items[i] for i in owner if owner[i] == lane]
@@ -307,12 +313,11 @@ class JsonHelpers:
                         continue
                 yield jsonpieces.encode(*item)
         finally:
+            # Also when the stream was abandoned: then the helper still owes texts, which its next
+            # borrower discards. Nothing here blocks or starts a thread: this may run wherever
+            # the generator is collected, the event loop or interpreter shutdown included.
             for helper in lane_of.values():
-                if helper is None or not helper.alive:
-                    continue
-                if helper.owed:  # the stream was abandoned
-                    threading.Thread(target=self._drain, args=(helper,), name="json-helper-drain", daemon=True).start()
-                else:
+                if helper is not None and helper.alive:
                     self._give_back(helper)
 
 
