@@ -94,17 +94,18 @@ def tree_cpu(proc) -> float:
     return total
 
 
-def interleaved(calls: dict, n: int, server_pid: int | None = None) -> dict[str, dict]:
+def interleaved(calls: dict, n: int, server_pids: dict[str, int] | None = None) -> dict[str, dict]:
     """Median of every phase, the paths called in turn so that load drift hits them alike.
 
-    With ``server_pid``, each call also gets its CPU: ``client_cpu`` (this process, all threads,
-    the parse included) and ``server_cpu`` (the server and its children)."""
+    With ``server_pids`` (per call label), each call also gets its CPU: ``client_cpu`` (this
+    process, all threads, the parse included) and ``server_cpu`` (the server and its children)."""
     import psutil
 
-    server = psutil.Process(server_pid) if server_pid else None
+    servers = {label: psutil.Process(pid) for label, pid in (server_pids or {}).items()}
     samples: dict[str, list[dict]] = {label: [] for label in calls}
     for i in range(n + 2):
         for label, call in calls.items():
+            server = servers.get(label)
             client0 = time.process_time()
             server0 = tree_cpu(server) if server else 0.0
             phases = call()
@@ -154,6 +155,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=8)
     p.add_argument("--npy", action="store_true", help="also time the opt-in Accept: application/x-npy answer")
     p.add_argument("--server-flag", action="append", help="extra flag for tfbatch serve (repeatable)")
+    p.add_argument("--b-flag", action="append",
+                   help="start a second server with this flag (repeatable) and time its REST path in the same "
+                        "rounds, e.g. --b-flag=--json-helpers=0")
     args = p.parse_args()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -161,11 +165,18 @@ def main() -> int:
     jpeg = bench.sample_jpeg(224)
     local = in_process(model_dir, jpeg, args.n)
     server = bench.Server(model_dir, args.workdir, args.server_flag or [], {})
+    other = None
     try:
         calls = {"rest": rest_call(server.url, jpeg), "grpc": grpc_call(server.grpc_port, jpeg)}
         if args.npy:
             calls["npy"] = rest_call(server.url, jpeg, npy=True)
-        got = interleaved(calls, args.n, server.proc.pid)
+        if args.b_flag:
+            b_dir = args.workdir / "b"
+            b_dir.mkdir(exist_ok=True)
+            other = bench.Server(model_dir, b_dir, [*(args.server_flag or []), *args.b_flag], {})
+            calls["rest_b"] = rest_call(other.url, jpeg)
+        # Each call's server CPU is read from the server it went to.
+        got = interleaved(calls, args.n, {label: (other if label == "rest_b" else server).proc.pid for label in calls})
         rest, grpc_, binary = got["rest"], got["grpc"], got.get("npy")
         profile = None
         if args.spy:
@@ -173,6 +184,8 @@ def main() -> int:
             profile = spy(server.proc.pid, args.spy, args.seconds, call)
     finally:
         server.stop()
+        if other is not None:
+            other.stop()
     print(f"in process: predict {local['predict_ms']:.1f} ms, JSON encode {local['encode_ms']:.1f} ms")
     print(f"REST /invocations ({rest['body_bytes']:,} bytes, chunked={rest['chunked']}): "
           f"first byte {rest['first_byte']:.1f} ms, read {rest['read']:.1f} ms, "
@@ -183,6 +196,12 @@ def main() -> int:
               f"client (parse included) {row['client_cpu']:.1f} ms")
     print(f"REST/gRPC medians: with parse {rest['total'] / grpc_['total']:.2f}x, "
           f"without {rest['unparsed'] / grpc_['unparsed']:.2f}x")
+    if "rest_b" in got:
+        b = got["rest_b"]
+        print(f"REST /invocations on the second server ({' '.join(args.b_flag)}): first byte {b['first_byte']:.1f} ms, "
+              f"read {b['read']:.1f} ms; without parse {b['unparsed']:.1f} ms "
+              f"({b['unparsed'] / grpc_['unparsed']:.2f}x gRPC); the first server's REST over it: "
+              f"{rest['unparsed'] / b['unparsed']:.2f}x")
     if binary:
         print(f"REST /invocations, Accept: application/x-npy ({binary['body_bytes']:,} bytes): first byte "
               f"{binary['first_byte']:.1f} ms, read {binary['read']:.1f} ms, parse (np.load) "
