@@ -1,6 +1,6 @@
 """Server peak RSS (VmHWM) before and after REST calls on the 10.5 MB output: what the JSON
 answer costs in memory. gRPC calls come first, so the output tensors themselves are already
-in the baseline.
+in the baseline. The server's JSON helper processes (tfs/json_helpers.py) are reported too.
 
     PYTHONPATH=src:. python -m benchmarks.latency.peak_rss
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import psutil
 
 from benchmarks.latency import bench
 
@@ -28,11 +30,16 @@ def main() -> None:
         for _ in range(3):
             grpc_call()
         before = peak_rss_mib(server.proc.pid)
+        helpers = [p.pid for p in psutil.Process(server.proc.pid).children() if "json_helpers" in " ".join(p.cmdline())]
+        helpers_before = [peak_rss_mib(pid) for pid in helpers]
         rest_call = bench.rest_invocations(server.url, jpeg, parse=False)()
         for _ in range(5):
             rest_call()
         after = peak_rss_mib(server.proc.pid)
         print(f"server peak RSS after gRPC calls {before} MiB, after 5 REST calls {after} MiB (+{after - before} MiB)")
+        for pid, was in zip(helpers, helpers_before):
+            now = peak_rss_mib(pid)
+            print(f"JSON helper {pid}: peak RSS {was} MiB before the REST calls, {now} MiB after (+{now - was} MiB)")
     finally:
         server.stop()
 
