@@ -177,7 +177,7 @@ class JsonHelpers:
         try:
             while helper.owed:
                 helper.next_text()
-        except (OSError, EOFError, RuntimeError, struct.error) as exc:
+        except (OSError, EOFError, RuntimeError, ValueError, struct.error) as exc:
             self._drop(helper, f"while its abandoned answer was discarded: {exc}")
             return False
         return True
@@ -283,18 +283,19 @@ class JsonHelpers:
                 lane = load.index(min(load))
                 owner[index] = lane
                 load[lane] += item[1].size
-        lane_of: dict[int, _Helper | None] = {}
-        for lane, helper in enumerate(helpers, start=1):
-            group = [items[i] for i in owner if owner[i] == lane]
-            if not group:  # fewer pieces than writers
-                self._give_back(helper)
-                continue
-            try:
-                helper.submit(group)
-                lane_of[lane] = helper
-            except (OSError, ValueError) as exc:
-                self._drop(helper, f"could not take its values: {exc}")
+        lane_of: dict[int, _Helper | None] = dict(enumerate(helpers, start=1))
         try:
+            for lane, helper in enumerate(helpers, start=1):
+                group = [items[i] for i in owner if owner[i] == lane]
+                if not group:  # fewer pieces than writers
+                    lane_of[lane] = None
+                    self._give_back(helper)
+                    continue
+                try:
+                    helper.submit(group)
+                except Exception as exc:  # noqa: BLE001 - whatever it is, this process writes the group
+                    lane_of[lane] = None
+                    self._drop(helper, f"could not take its values: {exc}")
             for index, item in enumerate(items):
                 if not isinstance(item, tuple):
                     yield item
@@ -303,7 +304,7 @@ class JsonHelpers:
                 if helper is not None:
                     try:
                         text = helper.next_text()
-                    except (OSError, EOFError, RuntimeError, struct.error) as exc:
+                    except (OSError, EOFError, RuntimeError, ValueError, struct.error) as exc:
                         self._drop(helper, f"its answer was lost ({exc}); this process writes its pieces")
                         lane_of[owner[index]] = None
                     else:
