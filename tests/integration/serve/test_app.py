@@ -122,6 +122,52 @@ def test_timeout_504(tmp_path_factory):
     server.close()
 
 
+# A handler whose model call the test holds open: it records that it started, then waits.
+GATED_SCRIPT = """
+import threading
+
+STARTED = []
+GATE = threading.Event()
+
+
+def handler(data, context):
+    STARTED.append(1)
+    GATE.wait(120)
+    return b"{}", "application/json"
+"""
+
+
+def test_a_504_keeps_the_model_slot_until_the_work_ends(model_server, tmp_path):
+    """Issue 12's probe: after a 504 the limiter slot went back while the model call still ran,
+    so timed-out work piled up beyond the limit. With one slot, the next request must not start
+    model work until the abandoned call has finished."""
+    from tfbatch.handlers.user_code import load_handlers, load_module
+
+    script = tmp_path / "code" / "inference.py"
+    script.parent.mkdir()
+    script.write_text(GATED_SCRIPT)
+    handlers = load_handlers(script)
+    module = load_module(script)
+    app = build_app(InferenceService(model_server, handlers), ServeSettings(http_threads=1, request_timeout_s=3))
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            try:
+                first = await client.post("/invocations", content=b"{}")
+                assert first.status_code == 504, first.text
+                assert module.STARTED == [1]  # it timed out inside the model call, which runs on
+                second = await client.post("/invocations", content=b"{}")
+                assert second.status_code == 504, second.text
+                assert module.STARTED == [1]  # it waited for the slot and never started
+            finally:
+                module.GATE.set()
+            third = await client.post("/invocations", content=b"{}")  # the slot comes back
+            assert third.status_code == 200, third.text
+            assert module.STARTED == [1, 1]
+
+    anyio.run(scenario)
+
+
 def test_metrics(app):
     call(app, "POST", "/invocations", json={"instances": X})
     call(app, "POST", "/invocations", content=b"{broken")
