@@ -110,6 +110,25 @@ def test_auth_everywhere_but_ping(model_server):
     assert r.status_code == 200
 
 
+EVERY_ROUTE = [
+    ("POST", "/invocations"), ("POST", "/endpoints/ep/invocations"), ("GET", "/execution-parameters"),
+    ("GET", "/metrics"), ("POST", "/v1/models/linear:predict"), ("POST", "/v1/models/linear/versions/1:predict"),
+    ("POST", "/v1/models/cr:classify"), ("POST", "/v1/models/cr:regress"), ("GET", "/v1/models/linear"),
+    ("GET", "/v1/models/linear/versions/1"), ("GET", "/v1/models/linear/metadata"),
+    ("GET", "/no/such/route"),  # answered 401, not 404: nothing is learnt without the token
+]
+
+
+@pytest.mark.parametrize("method, path", EVERY_ROUTE)
+def test_every_route_but_ping_needs_the_token(model_server, method, path):
+    app = build_app(InferenceService(model_server), ServeSettings(auth_token="s3cret"))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic czNjcmV0"}):
+        r = call(app, method, path, json={"instances": X}, headers=headers)
+        assert r.status_code == 401, (path, headers, r.text)
+    r = call(app, method, path, json={"instances": X}, headers={"Authorization": "Bearer s3cret"})
+    assert r.status_code != 401, path
+
+
 def test_timeout_504(tmp_path_factory):
     from tfbatch.runtime import ModelServer
     from tfbatch.testing.models import make_slow_model

@@ -163,6 +163,32 @@ def test_auth_on_http_and_grpc(handler_server):
     assert [d.size for d in result.outputs["y"].tensor_shape.dim] == [2, 2]
 
 
+GRPC_METHODS = [
+    "/tensorflow.serving.PredictionService/Predict", "/tensorflow.serving.PredictionService/Classify",
+    "/tensorflow.serving.PredictionService/Regress", "/tensorflow.serving.PredictionService/MultiInference",
+    "/tensorflow.serving.PredictionService/GetModelMetadata", "/tensorflow.serving.ModelService/GetModelStatus",
+    "/tensorflow.serving.ModelService/HandleReloadConfigRequest",
+]
+
+
+def test_every_public_grpc_method_but_health_needs_the_token(handler_server):
+    from tensorflow_serving.apis import get_model_status_pb2
+
+    with grpc.insecure_channel(f"127.0.0.1:{handler_server.grpc_port}") as channel:
+        for method in GRPC_METHODS:
+            for metadata in (None, [("authorization", "Bearer wrong")]):
+                with pytest.raises(grpc.RpcError) as info:
+                    channel.unary_unary(method)(b"", timeout=30, metadata=metadata)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, (method, metadata)
+        status = get_model_status_pb2.GetModelStatusRequest()
+        status.model_spec.name = "model"
+        reply = channel.unary_unary("/tensorflow.serving.ModelService/GetModelStatus")(
+            status.SerializeToString(), timeout=30, metadata=[("authorization", "Bearer tok")])
+        assert get_model_status_pb2.GetModelStatusResponse.FromString(reply).model_version_status
+        # health stays open to probes without credentials
+        channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=30)
+
+
 def test_two_workers_share_the_port(handler_server):
     pids = set()
     for _ in range(30):
