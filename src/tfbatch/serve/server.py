@@ -70,8 +70,10 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
 
     # Handler scripts reach the models through the stack's own loopback endpoints (never
     # blocked behind the /invocations calls that made them), not the public ports.
+    # The JSON routes charge a request's tensors against the same budget as gRPC does.
+    runtime = settings.runtime_settings().model_copy(update={"max_request_bytes": settings.max_request_bytes})
     stack = build_stack(
-        model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
+        model_uri, runtime, install_requirements=settings.install_requirements,
         grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
     )
     model_server, service = stack.model_server, stack.service  # warmed up by build_stack, before anything listens

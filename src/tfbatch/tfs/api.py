@@ -38,7 +38,7 @@ class TfsApi:
         """``:predict`` up to the model's outputs (for answers that are not TF Serving JSON)."""
         servable = self.model_server.resolve(name, version)
         sig = servable.signature(_signature_name(body))
-        tensors, fmt = codec.decode_predict(body, sig)
+        tensors, fmt = codec.decode_predict(body, sig, self.model_server.settings.max_request_bytes)
         return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:

@@ -34,17 +34,23 @@ BYTES_SUFFIX = "_bytes"
 # ---- predict request -------------------------------------------------------------------
 
 
-def decode_predict(body: Any, sig: SignatureInfo) -> tuple[dict[str, np.ndarray], str]:
-    """Tensors (already in the signature's dtypes) and the request format, "row" or "columnar"."""
+def decode_predict(
+    body: Any, sig: SignatureInfo, max_bytes: int | None = None
+) -> tuple[dict[str, np.ndarray], str]:
+    """Tensors (already in the signature's dtypes) and the request format, "row" or "columnar".
+
+    ``max_bytes`` bounds what the numeric inputs decode to together (``--max-request-mb``, as
+    for gRPC), checked from the lists' lengths before any array is made.
+    """
     if not isinstance(body, Mapping):
         raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
         raise errors.InvalidInput("request must contain only one of 'instances' or 'inputs', not both")
     if has_instances:
-        return _decode_rows(body["instances"], sig), ROW
+        return _decode_rows(body["instances"], sig, max_bytes), ROW
     if has_inputs:
-        return _decode_columns(body["inputs"], sig), COLUMNAR
+        return _decode_columns(body["inputs"], sig, max_bytes), COLUMNAR
     raise errors.InvalidInput("request is missing the 'instances' or 'inputs' key")
 
 
@@ -56,7 +62,43 @@ def _is_named_object(value: Any) -> bool:
     return isinstance(value, dict) and not _is_b64(value)
 
 
-def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+# Itemsizes numpy does not know by TensorFlow's name.
+_ITEMSIZE = {"bfloat16": 2, "half": 2}
+
+
+def _check_budget(values: Mapping[str, Any], sig: SignatureInfo, max_bytes: int | None) -> None:
+    """Refuse numeric inputs whose nested lists would decode past ``max_bytes`` in total.
+
+    The element count is read along the first element of each level: for rectangular lists
+    that is exact, and lists that are longer further on are ragged, which fails on its own
+    without a large allocation. String tensors are left out: their bytes are the body's.
+    """
+    if max_bytes is None:
+        return
+    total = 0
+    for key, value in values.items():
+        info = sig.inputs[key]
+        if info.is_string:
+            continue
+        count = 1
+        while isinstance(value, list):
+            count *= len(value)
+            if not value:
+                break
+            value = value[0]
+        try:
+            itemsize = _ITEMSIZE.get(info.dtype) or np.dtype(info.dtype).itemsize
+        except TypeError:
+            itemsize = 8
+        total += count * itemsize
+        if total > max_bytes:
+            raise errors.InvalidInput(
+                f"input {key!r}: the request's tensors would decode to at least {total} bytes, over the "
+                f"limit of {max_bytes} bytes ({max_bytes / 2**20:g} MiB; raise it with --max-request-mb)"
+            )
+
+
+def _decode_rows(instances: Any, sig: SignatureInfo, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     if not isinstance(instances, list):
         raise errors.InvalidInput(f"'instances' must be a list, got {type(instances).__name__}")
     if not instances:
@@ -74,6 +116,7 @@ def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
                 )
             for k in names:
                 columns[k].append(inst[k])
+        _check_budget(columns, sig, max_bytes)
         return {k: _stack(columns[k], sig.inputs[k], sig.name) for k in names}
     if len(names) != 1:
         raise errors.InvalidInput(
@@ -83,10 +126,11 @@ def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
     for i, inst in enumerate(instances):
         if _is_named_object(inst):
             raise errors.InvalidInput(f"instance {i}: expected a value or list like instance 0, got an object")
+    _check_budget({names[0]: instances}, sig, max_bytes)
     return {names[0]: _stack(instances, sig.inputs[names[0]], sig.name)}
 
 
-def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+def _decode_columns(inputs: Any, sig: SignatureInfo, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     names = sorted(sig.inputs)
     if not _is_named_object(inputs):
         if len(names) != 1:
@@ -94,6 +138,7 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
                 f"'inputs' is a plain value, but signature {sig.name!r} has several inputs {names}: "
                 f"send an object keyed by input name"
             )
+        _check_budget({names[0]: inputs}, sig, max_bytes)
         return {names[0]: _column(inputs, sig.inputs[names[0]], sig.name)}
     missing = [k for k in names if k not in inputs]
     unknown = sorted(k for k in inputs if k not in sig.inputs)
@@ -104,6 +149,7 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
         raise errors.InvalidInput(
             f"'inputs' object does not match signature {sig.name!r}: {detail}; expected inputs {names}"
         )
+    _check_budget({k: inputs[k] for k in names}, sig, max_bytes)
     return {k: _column(inputs[k], sig.inputs[k], sig.name) for k in names}
 
 

@@ -106,6 +106,25 @@ def test_dtype_errors_are_precise():
         decode_predict({"instances": [[1, 2, 3, 4]]}, X3)
 
 
+def test_numeric_inputs_are_charged_against_the_request_budget_before_any_array():
+    rows = [[0, 0, 0]] * 1000  # 3000 float32 values: 12000 bytes
+    assert decode_predict({"instances": rows}, X3, max_bytes=12000)[0]["x"].shape == (1000, 3)
+    for body, s in [
+        ({"instances": rows}, X3),
+        ({"inputs": rows}, X3),
+        ({"inputs": {"x": rows}}, X3),
+        ({"instances": [{"a": [0, 0], "b": 0}] * 1000}, MULTI),  # 8000 + 8000 bytes: only together too many
+    ]:
+        with pytest.raises(errors.InvalidInput, match=r"over the limit of 11999 bytes .*--max-request-mb"):
+            decode_predict(body, s, max_bytes=11999)
+    # strings carry the body's own bytes and are not charged; no budget means none is applied
+    assert decode_predict({"instances": ["x" * 100] * 200}, IMG, max_bytes=10)[0]["image_bytes"].shape == (200,)
+    assert decode_predict({"instances": rows}, X3)[0]["x"].shape == (1000, 3)
+    # lists longer than the first element says are ragged: refused as such, not let through
+    with pytest.raises(errors.InvalidInput, match="shape"):
+        decode_predict({"instances": [[0, 0, 0], [0] * 100000]}, X3, max_bytes=100)
+
+
 def test_request_shape_errors():
     with pytest.raises(errors.InvalidInput, match="only one of 'instances' or 'inputs'"):
         decode_predict({"instances": [1], "inputs": [1]}, X3)

@@ -32,7 +32,7 @@ NORMAL_CLIENTS = 64
 def server(linear_dir, tmp_path_factory):
     srv = ServerProcess(
         linear_dir, tmp_path_factory.mktemp("hostile"),
-        "--max-body-mb", "1", "--max-request-mb", "8", "--header-timeout", "2", "--max-connections", "400",
+        "--max-body-mb", "1", "--max-request-mb", "1", "--header-timeout", "2", "--max-connections", "400",
         "--body-timeout", "2",
     ).wait_ready()
     yield srv
@@ -90,6 +90,17 @@ def test_grpc_message_limit_equals_the_http_body_limit(server):
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     r = requests.post(f"{server.url}/v1/models/model:predict", data=b"1" * (2 * 1024 * 1024), timeout=30)
     assert r.status_code == 413
+
+
+@pytest.mark.parametrize("route", ["/invocations", "/v1/models/model:predict"])
+def test_a_json_body_under_the_body_limit_is_charged_against_the_request_budget(server, route):
+    # 800 KB of text (under --max-body-mb 1) that decodes to 300,000 float32 values, 1.2 MB
+    # (over --max-request-mb 1): refused before the arrays are made, as gRPC refuses it.
+    body = b'{"instances": [' + b",".join([b"[0,0,0]"] * 100_000) + b"]}"
+    assert len(body) < 1024 * 1024
+    r = requests.post(f"{server.url}{route}", data=body, headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    assert "--max-request-mb" in r.json()["error"]
 
 
 GRPC_MALFORMED = {
