@@ -198,33 +198,76 @@ def test_two_workers_share_the_port(handler_server):
     assert len(pids) == 2
 
 
-def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
+def _gate_model(path):
+    """``gate``: [a FIFO path prefix] -> its length, once the model has written to
+    ``<gate>.entered`` and then to ``<gate>.release``. Opening a FIFO to write waits for a
+    reader, so the test knows the call is inside the model and decides when it ends.
+    (``read_file`` would not do: TensorFlow sizes the file first and reads nothing.)"""
+    class Gate(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="gate")])
+        def serve(self, gate):
+            tf.io.write_file(gate[0] + ".entered", "x")  # stateful ops run in program order
+            tf.io.write_file(gate[0] + ".release", "x")
+            return {"y": tf.strings.length(gate)}
+
+    module = Gate()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+
+
+def _open_fifo(path: str, mode: str, srv):
+    """open() of a FIFO waits for the other end; if the server never opens it, fail instead."""
+    import os
     import threading
-    import time
 
-    from tfbatch.testing.models import make_slow_model
+    opened = {}
+    opener = threading.Thread(target=lambda: opened.setdefault("f", open(path, mode)), daemon=True)
+    opener.start()
+    opener.join(120)  # a bound for a broken server, not a wait a passing run ever uses up
+    if opener.is_alive():
+        os.close(os.open(path, os.O_RDWR))  # lets the stuck open() return
+        opener.join()
+        opened["f"].close()
+        raise AssertionError(f"the server never opened {path}:\n{srv.output()}")
+    return opened["f"]
 
-    root = tmp_path_factory.mktemp("slowart")
-    make_slow_model(root / "1", delay_s=1.5)
-    srv = ServerProcess(root, tmp_path_factory.mktemp("slowsrv"), "--grpc-port", "-1").wait_ready()
+
+def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
+    import os
+    import signal
+    import threading
+
+    from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthCheckRequest, HealthCheckResponse
+
+    root = tmp_path_factory.mktemp("gateart")
+    _gate_model(root / "1")
+    tmp = tmp_path_factory.mktemp("gatesrv")
+    gate = str(tmp / "gate")
+    os.mkfifo(gate + ".entered")
+    os.mkfifo(gate + ".release")
+    srv = ServerProcess(root, tmp).wait_ready()
     result = {}
 
     def call():
-        result["r"] = requests.post(f"{srv.url}/invocations", json={"instances": [[1.0, 2.0]]}, timeout=30)
-
-    def in_flight() -> float:
-        text = requests.get(f"{srv.url}/metrics", timeout=10).text
-        return float(re.search(r"^tfbatch_requests_in_flight (\S+)$", text, re.M).group(1))
+        result["r"] = requests.post(f"{srv.url}/v1/models/model:predict", json={"instances": [gate]}, timeout=120)
 
     worker = threading.Thread(target=call)
     worker.start()
-    # The scrape counts itself: 2 means the invocation is being served (for 1.5 s, in the model).
-    for _ in range(3000):
-        if in_flight() >= 2:
-            break
-        assert worker.is_alive(), "the request was answered before it was seen in flight"
-        time.sleep(0.01)
-    assert srv.stop() == 0, srv.output()
+    with _open_fifo(gate + ".entered", "r", srv) as entered:
+        assert entered.read() == "x"  # the request is inside the model now
+    with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch",
+                                     request_serializer=HealthCheckRequest.SerializeToString,
+                                     response_deserializer=HealthCheckResponse.FromString)
+        stream = watch(HealthCheckRequest(service=""), timeout=120)
+        assert next(stream).status == SERVING
+        srv.proc.send_signal(signal.SIGTERM)
+        # Probes learn of the shutdown when the drain starts, while the request is still held.
+        assert next(stream).status == NOT_SERVING
+        stream.cancel()
+    assert worker.is_alive() and srv.proc.poll() is None, (result["r"].status_code, result["r"].text[:500])
+    with _open_fifo(gate + ".release", "r", srv) as release:
+        assert release.read() == "x"
     worker.join()
-    assert result["r"].status_code == 200
-    assert result["r"].json()["predictions"] == [[2.0, 4.0]]
+    assert srv.proc.wait(120) == 0, srv.output()
+    assert result["r"].status_code == 200, result["r"].text
+    assert result["r"].json()["predictions"] == [len(gate)]
