@@ -271,3 +271,37 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
     assert srv.proc.wait(120) == 0, srv.output()
     assert result["r"].status_code == 200, result["r"].text
     assert result["r"].json()["predictions"] == [len(gate)]
+
+
+def test_grpc_calls_in_flight_finish_when_the_server_stops(tmp_path_factory):
+    import os
+    import signal
+    import threading
+
+    root = tmp_path_factory.mktemp("gategrpc")
+    _gate_model(root / "1")
+    tmp = tmp_path_factory.mktemp("gategrpcsrv")
+    gate = str(tmp / "gate")
+    os.mkfifo(gate + ".entered")
+    os.mkfifo(gate + ".release")
+    srv = ServerProcess(root, tmp).wait_ready()
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "model"
+    request.inputs["gate"].CopyFrom(tf.make_tensor_proto([gate]))
+    address = f"127.0.0.1:{srv.grpc_port}"
+    with grpc.insecure_channel(address) as held, grpc.insecure_channel(address) as watcher:
+        future = prediction_service_pb2_grpc.PredictionServiceStub(held).Predict.future(request, timeout=120)
+        with _open_fifo(gate + ".entered", "r", srv) as entered:
+            assert entered.read() == "x"  # the call is inside the model now
+        # A second connection, READY, learns when the gRPC server begins to stop: its GOAWAY.
+        watcher.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=30)
+        stopping = threading.Event()
+        watcher.subscribe(lambda state: state is not grpc.ChannelConnectivity.READY and stopping.set())
+        srv.proc.send_signal(signal.SIGTERM)
+        assert stopping.wait(120), srv.output()
+        assert not future.done()
+        with _open_fifo(gate + ".release", "r", srv) as release:
+            assert release.read() == "x"
+        reply = future.result()
+    assert tf.make_ndarray(reply.outputs["y"]).tolist() == [len(gate)]
+    assert srv.proc.wait(120) == 0, srv.output()
