@@ -14,6 +14,7 @@ from tfbatch import errors
 from tfbatch.runtime import SignatureInfo, TensorInfo
 from tfbatch.tfs.codec import decode_predict, encode_predict
 from tfbatch.tfs import codec
+from tfbatch.tfs import examples
 
 
 def sig(**inputs: tuple[str, tuple | None]) -> SignatureInfo:
@@ -226,7 +227,7 @@ def test_classify_examples_with_context_and_types():
             {"x": [1, 2.5], "flag": True},
         ],
     }
-    serialized = codec.decode_examples(body)
+    serialized = examples.decode_examples(body)
     assert serialized.dtype == object and len(serialized) == 2
     e0, e1 = (example_pb2.Example.FromString(s) for s in serialized)
     f0, f1 = e0.features.feature, e1.features.feature
@@ -242,18 +243,18 @@ def test_classify_examples_with_context_and_types():
 
 def test_examples_errors():
     with pytest.raises(errors.InvalidInput, match="missing the 'examples' key"):
-        codec.decode_examples({"instances": []})
+        examples.decode_examples({"instances": []})
     with pytest.raises(errors.InvalidInput, match="non-empty list"):
-        codec.decode_examples({"examples": []})
+        examples.decode_examples({"examples": []})
     with pytest.raises(errors.InvalidInput, match=r"example 1: feature 'x' mixes value types \['bytes', 'float'\]"):
-        codec.decode_examples({"examples": [{"x": 1.0}, {"x": [1.0, "a"]}]})
+        examples.decode_examples({"examples": [{"x": 1.0}, {"x": [1.0, "a"]}]})
     with pytest.raises(errors.InvalidInput, match="example 0: feature 'x' has an element of unexpected JSON type: a list"):
-        codec.decode_examples({"examples": [{"x": [[1.0]]}]})
+        examples.decode_examples({"examples": [{"x": [[1.0]]}]})
 
 
 def test_encode_classify_and_regress():
-    out = codec.encode_classify(
+    out = examples.encode_classify(
         {"classes": np.array([[b"a", b"b"]], dtype=object), "scores": np.array([[0.25, 0.75]], np.float32)}
     )
     assert out == {"results": [[["a", 0.25], ["b", 0.75]]]}
-    assert codec.encode_regress({"outputs": np.array([[1.5], [2.0]], np.float32)}) == {"results": [1.5, 2.0]}
+    assert examples.encode_regress({"outputs": np.array([[1.5], [2.0]], np.float32)}) == {"results": [1.5, 2.0]}
