@@ -231,20 +231,36 @@ def _open_fifo(path: str, mode: str, srv):
     return opened["f"]
 
 
-def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
+@pytest.fixture(scope="module")
+def gate_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gateart")
+    _gate_model(root / "1")
+    return root
+
+
+def _gated_server(gate_dir, tmp) -> tuple[ServerProcess, str]:
+    """A serve process over the gate model, and a fresh gate (two FIFOs) for one call."""
     import os
+
+    gate = str(tmp / "gate")
+    os.mkfifo(gate + ".entered")
+    os.mkfifo(gate + ".release")
+    return ServerProcess(gate_dir, tmp).wait_ready(), gate
+
+
+def _pass(gate: str, which: str, srv: ServerProcess) -> None:
+    """Let the held call past ``<gate>.entered`` (then it is inside the model) or ``.release``."""
+    with _open_fifo(f"{gate}.{which}", "r", srv) as fifo:
+        assert fifo.read() == "x"
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(gate_dir, tmp_path):
     import signal
     import threading
 
     from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthCheckRequest, HealthCheckResponse
 
-    root = tmp_path_factory.mktemp("gateart")
-    _gate_model(root / "1")
-    tmp = tmp_path_factory.mktemp("gatesrv")
-    gate = str(tmp / "gate")
-    os.mkfifo(gate + ".entered")
-    os.mkfifo(gate + ".release")
-    srv = ServerProcess(root, tmp).wait_ready()
+    srv, gate = _gated_server(gate_dir, tmp_path)
     result = {}
 
     def call():
@@ -252,8 +268,7 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
 
     worker = threading.Thread(target=call)
     worker.start()
-    with _open_fifo(gate + ".entered", "r", srv) as entered:
-        assert entered.read() == "x"  # the request is inside the model now
+    _pass(gate, "entered", srv)
     with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
         watch = channel.unary_stream("/grpc.health.v1.Health/Watch",
                                      request_serializer=HealthCheckRequest.SerializeToString,
@@ -265,34 +280,25 @@ def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
         assert next(stream).status == NOT_SERVING
         stream.cancel()
     assert worker.is_alive() and srv.proc.poll() is None, (result["r"].status_code, result["r"].text[:500])
-    with _open_fifo(gate + ".release", "r", srv) as release:
-        assert release.read() == "x"
+    _pass(gate, "release", srv)
     worker.join()
     assert srv.proc.wait(120) == 0, srv.output()
     assert result["r"].status_code == 200, result["r"].text
     assert result["r"].json()["predictions"] == [len(gate)]
 
 
-def test_grpc_calls_in_flight_finish_when_the_server_stops(tmp_path_factory):
-    import os
+def test_grpc_calls_in_flight_finish_when_the_server_stops(gate_dir, tmp_path):
     import signal
     import threading
 
-    root = tmp_path_factory.mktemp("gategrpc")
-    _gate_model(root / "1")
-    tmp = tmp_path_factory.mktemp("gategrpcsrv")
-    gate = str(tmp / "gate")
-    os.mkfifo(gate + ".entered")
-    os.mkfifo(gate + ".release")
-    srv = ServerProcess(root, tmp).wait_ready()
+    srv, gate = _gated_server(gate_dir, tmp_path)
     request = predict_pb2.PredictRequest()
     request.model_spec.name = "model"
     request.inputs["gate"].CopyFrom(tf.make_tensor_proto([gate]))
     address = f"127.0.0.1:{srv.grpc_port}"
     with grpc.insecure_channel(address) as held, grpc.insecure_channel(address) as watcher:
         future = prediction_service_pb2_grpc.PredictionServiceStub(held).Predict.future(request, timeout=120)
-        with _open_fifo(gate + ".entered", "r", srv) as entered:
-            assert entered.read() == "x"  # the call is inside the model now
+        _pass(gate, "entered", srv)
         # A second connection, READY, learns when the gRPC server begins to stop: its GOAWAY.
         watcher.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=30)
         stopping = threading.Event()
@@ -300,8 +306,7 @@ def test_grpc_calls_in_flight_finish_when_the_server_stops(tmp_path_factory):
         srv.proc.send_signal(signal.SIGTERM)
         assert stopping.wait(120), srv.output()
         assert not future.done()
-        with _open_fifo(gate + ".release", "r", srv) as release:
-            assert release.read() == "x"
+        _pass(gate, "release", srv)
         reply = future.result()
     assert tf.make_ndarray(reply.outputs["y"]).tolist() == [len(gate)]
     assert srv.proc.wait(120) == 0, srv.output()
