@@ -5,8 +5,7 @@ py-spy's "active" filter (no ``--idle``) still counts threads blocked on a futex
 Python code (lock and Future waits), so these are thread-seconds, not CPU seconds: a phase
 full of waiting threads shows how many threads the design keeps parked there. CPU seconds
 per image come from the benchmark (psutil over the process tree). Samples are put in the
-first phase whose marker appears in the stack, searched from the leaf up: the leaf-most
-match names what the thread was doing, whatever called it.
+phase as :mod:`benchmarks.transform.profile.pyspy_raw` says.
 
     python -m benchmarks.transform.profile.phases FILE --rate 200 --images 500
 """
@@ -16,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
+
+from benchmarks.transform.profile.pyspy_raw import phase_of, samples
 
 # (phase, markers): checked leaf-first; the first frame matching any marker wins.
 PHASES = [
@@ -34,25 +35,14 @@ PHASES = [
 ]
 
 
-def phase_of(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        for phase, markers in PHASES:
-            if any(m in frame for m in markers):
-                return phase
-    return "other (interpreter, GC, TF runtime threads)"
+OTHER = "other (interpreter, GC, TF runtime threads)"
 
 
 def analyse(path: str, rate: float, images: int) -> dict:
     by_phase: Counter[str] = Counter()
     threads: Counter[str] = Counter()
-    for line in open(path, encoding="utf-8", errors="replace"):
-        line = line.rstrip("\n")
-        if not line:
-            continue
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        n = int(count)
-        by_phase[phase_of(frames[1:])] += n
+    for frames, n in samples(path):
+        by_phase[phase_of(frames[1:], PHASES, OTHER)] += n
         name = frames[0].split(": ", 1)[-1]
         threads["native (no Python frame)" if name.startswith("thread (") else name.rstrip("0123456789_-")] += n
     total = sum(by_phase.values())

@@ -5,8 +5,8 @@ py-spy samples only the thread holding each process's GIL, so samples / rate is 
 that process's Python was running: for the job's main process, the serial budget that caps
 its rate (1000 / main-ms-per-image images per second at most), and for the handler worker
 processes, work moved off that budget. TensorFlow's own kernels run without the GIL and do
-not show here (the bench's CPU ms/image counts them). A sample goes to the first phase whose
-marker appears in its stack, searched from the leaf up.
+not show here (the bench's CPU ms/image counts them). Samples are put in phases as
+:mod:`benchmarks.transform.profile.pyspy_raw` says.
 
     python -m benchmarks.transform.profile.script_phases FILE --rate 200 --images 500
 """
@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter, defaultdict
+
+from benchmarks.transform.profile.pyspy_raw import phase_of, samples, split_process
 
 PHASES = [
     ("start-up (imports, model load, script import)", ("_find_and_load", "build_stack", "Servable.load",
@@ -36,31 +38,17 @@ PHASES = [
 ]
 
 
-def phase_of(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        for phase, markers in PHASES:
-            if any(m in frame for m in markers):
-                return phase
-    return "other (interpreter, GC)"
+OTHER = "other (interpreter, GC)"
 
 
 def analyse(path: str, rate: float, images: int) -> dict:
     by_role: dict[str, Counter[str]] = defaultdict(Counter)
     pids: dict[str, set[str]] = defaultdict(set)
-    for line in open(path, encoding="utf-8", errors="replace"):
-        line = line.rstrip("\n")
-        if not line:
-            continue
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        # --subprocesses nests a child's frames under its parent's: "process A;process B;thread..."
-        depth = 0
-        while depth + 1 < len(frames) and frames[depth + 1].startswith("process "):
-            depth += 1
-        process = frames[depth]
+    for frames, count in samples(path):
+        process, stack = split_process(frames)
         role = "handler workers" if "spawn_main" in process else "main process"
         pids[role].add(process.split(":", 1)[0])
-        by_role[role][phase_of(frames[depth + 2:])] += int(count)
+        by_role[role][phase_of(stack, PHASES, OTHER)] += count
     out: dict = {"file": path, "rate_hz": rate, "images": images, "gil_ms_per_image": {}, "processes": {}}
     for role, phases in by_role.items():
         total = sum(phases.values())

@@ -3,8 +3,8 @@
 py-spy (without ``--idle``) still reports threads that wait inside Python (a Condition, a
 blocking socket read), so its samples are thread-time, not CPU. This splits each process's
 *CPU* (from /proc, in the JSON) over phases in proportion to its samples that are not
-waits; wait samples are counted apart. A sample goes to the first phase whose marker
-appears in its stack, searched from the leaf up.
+waits; wait samples are counted apart. Samples are put in phases as
+:mod:`benchmarks.transform.profile.pyspy_raw` says.
 
     python -m benchmarks.transform.profile.steady_phases STEADY.json
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter, defaultdict
+
+from benchmarks.transform.profile.pyspy_raw import phase_of, samples, split_process
 
 WAIT = ("Condition.wait", "Event.wait", "_Slot._take", "Runner.run", "_serve (grpc", "select (", "poll (",
         "_recv (multiprocessing/connection.py", "recv_into (", "_recv_into (tfbatch/handlers/wire.py",
@@ -34,32 +36,21 @@ PHASES = [
 ]
 
 
-def _phase(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        if any(m in frame for m in WAIT):
-            return "wait"
-        for phase, markers in PHASES:
-            if any(m in frame for m in markers):
-                return phase
-    return "other (interpreter, TF threads' Python, GC)"
+# A frame that waits wins over any phase marker in the same frame.
+WAIT_FIRST = [("wait", WAIT), *PHASES]
+OTHER = "other (interpreter, TF threads' Python, GC)"
 
 
 def analyse(steady: dict) -> dict:
-    samples: dict[str, Counter[str]] = defaultdict(Counter)
-    for line in open(steady["py_spy"], encoding="utf-8", errors="replace"):
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        if not stack:
-            continue
-        frames = stack.split(";")
-        depth = 0
-        while depth + 1 < len(frames) and frames[depth + 1].startswith("process "):
-            depth += 1
-        pid = frames[depth].split(":", 1)[0].removeprefix("process ").strip()
-        samples[pid][_phase(frames[depth + 2:])] += int(count)
+    by_pid: dict[str, Counter[str]] = defaultdict(Counter)
+    for frames, count in samples(steady["py_spy"]):
+        process, stack = split_process(frames)
+        pid = process.split(":", 1)[0].removeprefix("process ").strip()
+        by_pid[pid][phase_of(stack, WAIT_FIRST, OTHER)] += count
     out = {"images": steady["images"], "images_per_s": steady["images_per_s"],
            "job_cpu_ms_per_image": steady["job_cpu_ms_per_image"], "machine": steady["machine"], "processes": []}
     for proc in steady["processes"]:
-        counts = samples.get(str(proc["pid"]), Counter())
+        counts = by_pid.get(str(proc["pid"]), Counter())
         working = sum(n for p, n in counts.items() if p != "wait")
         cpu = proc["cpu_ms_per_image"]
         # TF's own threads run no Python: py-spy cannot see them, /proc can.

@@ -51,14 +51,16 @@ def build_stack(
     grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB,
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     loopback_token: str | None = None,
-    on_script: Callable[[UserHandlers], None] | None = None,
+    on_script: Callable[[UserHandlers, dict[str, Any]], None] | None = None,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
     ``env`` is exported before the user script is imported, so module-level code sees it
     (SageMaker passes a job's Environment to the container the same way). The script is
-    imported before the model loads, and ``on_script`` is called with it then: a batch job
-    starts its handler worker processes there, so they import the script while the model loads.
+    imported before the model loads, and ``on_script`` is called then with it and the init
+    of a handler worker process (:func:`tfbatch.handlers.pooled.script_init`, carrying this
+    call's limits): a batch job starts its handler worker processes there, so they import
+    the script while the model loads, with the same message cap and image budget as here.
     """
     from tfbatch.artifact import open_artifact
     from tfbatch.runtime import ModelServer, RuntimeSettings
@@ -76,7 +78,9 @@ def build_stack(
             handlers = load_handlers(artifact.inference_script, install=install_requirements)
             log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
             if on_script is not None:
-                on_script(handlers)
+                from tfbatch.handlers.pooled import script_init
+
+                on_script(handlers, script_init(handlers.script, max_image_pixels, grpc_max_message_bytes))
         # Applies the thread settings; each version replays its TFS warm-up requests before it serves.
         model_server = ModelServer.from_artifact(artifact, settings, warmup=warm_up)
         if handlers is not None and loopback:

@@ -56,6 +56,9 @@ class RuntimeSettings(pydantic.BaseModel):
     # How many times each warm-up record is replayed (TF Serving's
     # --num_request_iterations_for_warmup, default 1); 0 skips warm-up.
     warmup_replays: int = pydantic.Field(1, ge=0)
+    # What one JSON request's numeric tensors may decode to (``tfbatch serve --max-request-mb``);
+    # None: bounded by the body alone, as in a transform job.
+    max_request_bytes: int | None = pydantic.Field(None, ge=1)
 
     @pydantic.field_validator("model_version_policy")
     @classmethod

@@ -41,16 +41,22 @@ SETTINGS_ENV = "TFBATCH_SERVE_WORKER_SETTINGS"
 
 
 class _Server(uvicorn.Server):
-    """uvicorn.Server that reports readiness once it is listening."""
+    """uvicorn.Server that reports readiness once it is listening, and its end once it starts
+    to drain (not once it has drained: probes must stop sending work during the drain)."""
 
-    def __init__(self, config: uvicorn.Config, on_started):
+    def __init__(self, config: uvicorn.Config, on_started, on_shutdown):
         super().__init__(config)
         self._on_started = on_started
+        self._on_shutdown = on_shutdown
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets=sockets)
         if self.started:
             self._on_started()
+
+    async def shutdown(self, sockets=None) -> None:
+        self._on_shutdown()
+        await super().shutdown(sockets=sockets)
 
 
 def _write_ready(path: str | None, info: dict[str, Any]) -> None:
@@ -75,11 +81,13 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     json_helpers = JsonHelpers(size) if size else None
     if json_helpers is not None:
         json_helpers.start()
+    # The JSON routes charge a request's tensors against the same budget as gRPC does.
+    runtime = settings.runtime_settings().model_copy(update={"max_request_bytes": settings.max_request_bytes})
     # Handler scripts reach the models through the stack's own loopback endpoints (never
     # blocked behind the /invocations calls that made them), not the public ports.
     try:
         stack = build_stack(
-            model_uri, settings.runtime_settings(), install_requirements=settings.install_requirements,
+            model_uri, runtime, install_requirements=settings.install_requirements,
             grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
         )
     except BaseException:
@@ -141,7 +149,7 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     # before gRPC and the batchers drain. A no-op handler lets the cleanup below run.
     previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        _Server(config, started).run(sockets=[sock])
+        _Server(config, started, lambda: health.set(NOT_SERVING)).run(sockets=[sock])
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -13,7 +13,7 @@ from typing import Any
 from tfbatch import errors
 from tfbatch.runtime import ModelServer, Servable, SignatureInfo
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
-from tfbatch.tfs import codec
+from tfbatch.tfs import codec, examples as example_codec
 
 
 class TfsApi:
@@ -38,20 +38,20 @@ class TfsApi:
         """``:predict`` up to the model's outputs (for answers that are not TF Serving JSON)."""
         servable = self.model_server.resolve(name, version)
         sig = servable.signature(_signature_name(body))
-        tensors, fmt = codec.decode_predict(body, sig)
+        tensors, fmt = codec.decode_predict(body, sig, self.model_server.settings.max_request_bytes)
         return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.model_server.resolve(name, version)
         sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))
-        examples = codec.decode_examples(body)
-        return codec.encode_classify(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
+        examples = example_codec.decode_examples(body)
+        return example_codec.encode_classify(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
 
     def regress(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.model_server.resolve(name, version)
         sig = _examples_signature(servable, _signature_name(body), REGRESS_METHOD, ("outputs",))
-        examples = codec.decode_examples(body)
-        return codec.encode_regress(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
+        examples = example_codec.decode_examples(body)
+        return example_codec.encode_regress(self.model_server.run_signature(servable, sig, {_examples_input(sig): examples}))
 
     def call(self, method: str, body: Mapping[str, Any], name: str | None = None,
              version: int | str | None = None) -> dict:

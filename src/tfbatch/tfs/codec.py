@@ -1,10 +1,9 @@
-"""TF Serving REST JSON <-> numpy tensors (predict, classify, regress).
+"""TF Serving REST JSON <-> numpy tensors for predict (classify/regress: :mod:`tfbatch.tfs.examples`).
 
 Follows TF Serving's json_tensor rules: row format ``{"instances": [...]}`` and columnar
 ``{"inputs": ...}``; ``{"b64": "..."}`` objects carry bytes into string tensors; outputs
-whose key ends in ``_bytes`` are written back as ``{"b64": ...}``. Differences, on purpose:
-string outputs that are not valid UTF-8 are also written as b64 (JSON cannot hold them);
-classify/regress features mixing ints and floats become a float list instead of an error.
+whose key ends in ``_bytes`` are written back as ``{"b64": ...}``. Difference, on purpose:
+string outputs that are not valid UTF-8 are also written as b64 (JSON cannot hold them).
 
 Non-finite floats are returned as Python ``nan``/``inf``; ``json.dumps`` writes them as
 ``NaN``/``Infinity``/``-Infinity``, the same tokens TF Serving emits.
@@ -34,17 +33,23 @@ BYTES_SUFFIX = "_bytes"
 # ---- predict request -------------------------------------------------------------------
 
 
-def decode_predict(body: Any, sig: SignatureInfo) -> tuple[dict[str, np.ndarray], str]:
-    """Tensors (already in the signature's dtypes) and the request format, "row" or "columnar"."""
+def decode_predict(
+    body: Any, sig: SignatureInfo, max_bytes: int | None = None
+) -> tuple[dict[str, np.ndarray], str]:
+    """Tensors (already in the signature's dtypes) and the request format, "row" or "columnar".
+
+    ``max_bytes`` bounds what the numeric inputs decode to together (``--max-request-mb``, as
+    for gRPC), checked from the lists' lengths before any array is made.
+    """
     if not isinstance(body, Mapping):
         raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
     has_instances, has_inputs = "instances" in body, "inputs" in body
     if has_instances and has_inputs:
         raise errors.InvalidInput("request must contain only one of 'instances' or 'inputs', not both")
     if has_instances:
-        return _decode_rows(body["instances"], sig), ROW
+        return _decode_rows(body["instances"], sig, max_bytes), ROW
     if has_inputs:
-        return _decode_columns(body["inputs"], sig), COLUMNAR
+        return _decode_columns(body["inputs"], sig, max_bytes), COLUMNAR
     raise errors.InvalidInput("request is missing the 'instances' or 'inputs' key")
 
 
@@ -56,7 +61,43 @@ def _is_named_object(value: Any) -> bool:
     return isinstance(value, dict) and not _is_b64(value)
 
 
-def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+# Itemsizes numpy does not know by TensorFlow's name.
+_ITEMSIZE = {"bfloat16": 2, "half": 2}
+
+
+def _check_budget(values: Mapping[str, Any], sig: SignatureInfo, max_bytes: int | None) -> None:
+    """Refuse numeric inputs whose nested lists would decode past ``max_bytes`` in total.
+
+    The element count is read along the first element of each level: for rectangular lists
+    that is exact, and lists that are longer further on are ragged, which fails on its own
+    without a large allocation. String tensors are left out: their bytes are the body's.
+    """
+    if max_bytes is None:
+        return
+    total = 0
+    for key, value in values.items():
+        info = sig.inputs[key]
+        if info.is_string:
+            continue
+        count = 1
+        while isinstance(value, list):
+            count *= len(value)
+            if not value:
+                break
+            value = value[0]
+        try:
+            itemsize = _ITEMSIZE.get(info.dtype) or np.dtype(info.dtype).itemsize
+        except TypeError:
+            itemsize = 8
+        total += count * itemsize
+        if total > max_bytes:
+            raise errors.InvalidInput(
+                f"input {key!r}: the request's tensors would decode to at least {total} bytes, over the "
+                f"limit of {max_bytes} bytes ({max_bytes / 2**20:g} MiB; raise it with --max-request-mb)"
+            )
+
+
+def _decode_rows(instances: Any, sig: SignatureInfo, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     if not isinstance(instances, list):
         raise errors.InvalidInput(f"'instances' must be a list, got {type(instances).__name__}")
     if not instances:
@@ -74,6 +115,7 @@ def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
                 )
             for k in names:
                 columns[k].append(inst[k])
+        _check_budget(columns, sig, max_bytes)
         return {k: _stack(columns[k], sig.inputs[k], sig.name) for k in names}
     if len(names) != 1:
         raise errors.InvalidInput(
@@ -83,10 +125,11 @@ def _decode_rows(instances: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
     for i, inst in enumerate(instances):
         if _is_named_object(inst):
             raise errors.InvalidInput(f"instance {i}: expected a value or list like instance 0, got an object")
+    _check_budget({names[0]: instances}, sig, max_bytes)
     return {names[0]: _stack(instances, sig.inputs[names[0]], sig.name)}
 
 
-def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
+def _decode_columns(inputs: Any, sig: SignatureInfo, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     names = sorted(sig.inputs)
     if not _is_named_object(inputs):
         if len(names) != 1:
@@ -94,6 +137,7 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
                 f"'inputs' is a plain value, but signature {sig.name!r} has several inputs {names}: "
                 f"send an object keyed by input name"
             )
+        _check_budget({names[0]: inputs}, sig, max_bytes)
         return {names[0]: _column(inputs, sig.inputs[names[0]], sig.name)}
     missing = [k for k in names if k not in inputs]
     unknown = sorted(k for k in inputs if k not in sig.inputs)
@@ -104,6 +148,7 @@ def _decode_columns(inputs: Any, sig: SignatureInfo) -> dict[str, np.ndarray]:
         raise errors.InvalidInput(
             f"'inputs' object does not match signature {sig.name!r}: {detail}; expected inputs {names}"
         )
+    _check_budget({k: inputs[k] for k in names}, sig, max_bytes)
     return {k: _column(inputs[k], sig.inputs[k], sig.name) for k in names}
 
 
@@ -300,121 +345,3 @@ def _encode_string(value: Any, as_b64: bool) -> Any:
         except UnicodeDecodeError:
             pass
     return {"b64": base64.b64encode(value).decode("ascii")}
-
-
-# ---- classify / regress ----------------------------------------------------------------
-
-
-def decode_examples(body: Any) -> np.ndarray:
-    """Serialized tf.train.Example protos (object array of bytes) from a classify/regress body."""
-    from tensorflow.core.example import example_pb2
-
-    if not isinstance(body, Mapping):
-        raise errors.InvalidInput(f"request body must be a JSON object, got {type(body).__name__}")
-    examples = body.get("examples")
-    if examples is None:
-        raise errors.InvalidInput("request is missing the 'examples' key")
-    if not isinstance(examples, list) or not examples:
-        raise errors.InvalidInput("'examples' must be a non-empty list of objects")
-    context = body.get("context")
-    base = example_pb2.Example()
-    if context is not None:
-        _fill_example(base, context, "context")
-    out = np.empty(len(examples), dtype=object)
-    for i, ex in enumerate(examples):
-        proto = example_pb2.Example()
-        proto.CopyFrom(base)
-        _fill_example(proto, ex, f"example {i}")
-        out[i] = proto.SerializeToString()
-    return out
-
-
-def _fill_example(proto: Any, features: Any, where: str) -> None:
-    if not isinstance(features, Mapping):
-        raise errors.InvalidInput(f"{where}: must be a JSON object of features, got {_kind(features)}")
-    fmap = proto.features.feature
-    for name, value in features.items():
-        values = value if isinstance(value, list) else [value]
-        feature = fmap[name]
-        feature.Clear()
-        kinds = {_feature_kind(v, name, where) for v in values}
-        if kinds == {"int", "float"}:
-            kinds = {"float"}
-        if len(kinds) > 1:
-            raise errors.InvalidInput(
-                f"{where}: feature {name!r} mixes value types {sorted(kinds)}; a feature holds one type"
-            )
-        kind = kinds.pop() if kinds else "float"
-        if kind == "bytes":
-            feature.bytes_list.value.extend(
-                v.encode("utf-8") if isinstance(v, str) else _b64decode(v["b64"], name) for v in values
-            )
-        elif kind == "int":
-            try:
-                feature.int64_list.value.extend(int(v) for v in values)
-            except ValueError:
-                raise errors.InvalidInput(f"{where}: feature {name!r} has an integer outside int64") from None
-        else:
-            feature.float_list.value.extend(float(v) for v in values)
-
-
-def _feature_kind(value: Any, name: str, where: str) -> str:
-    if isinstance(value, bool) or isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str) or _is_b64(value):
-        return "bytes"
-    raise errors.InvalidInput(
-        f"{where}: feature {name!r} has an element of unexpected JSON type: {_kind(value)}"
-    )
-
-
-def encode_classify(outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{"results": [[[label, score], ...], ...]}`` from ``classes`` and/or ``scores`` outputs."""
-    classes = outputs.get("classes")
-    scores = outputs.get("scores")
-    if classes is None and scores is None:
-        raise errors.ModelError(
-            f"classify signature returned neither 'classes' nor 'scores' (got {sorted(outputs)})"
-        )
-    ref = scores if scores is not None else classes
-    n = len(ref)
-    k = 1 if np.ndim(ref) == 1 else ref.shape[1]
-
-    def as_2d(arr: np.ndarray, what: str) -> np.ndarray:
-        arr = np.asarray(arr)
-        arr = arr.reshape(n, 1) if arr.ndim == 1 else arr
-        if arr.ndim != 2 or arr.shape != (n, k):
-            raise errors.ModelError(f"classify output {what!r} has shape {list(arr.shape)}, expected [{n}, {k}]")
-        return arr
-
-    labels = (
-        [[_label(v) for v in row] for row in as_2d(classes, "classes").tolist()]
-        if classes is not None
-        else [[""] * k for _ in range(n)]
-    )
-    values = to_json_value(as_2d(scores, "scores"), "scores") if scores is not None else [[0.0] * k for _ in range(n)]
-    return {"results": [[[lab, sc] for lab, sc in zip(lr, sr)] for lr, sr in zip(labels, values)]}
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-def encode_regress(outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """``{"results": [v, ...]}`` from the ``outputs`` tensor ([N] or [N, 1])."""
-    values = outputs.get("outputs")
-    if values is None:
-        if len(outputs) != 1:
-            raise errors.ModelError(f"regress signature must return 'outputs', got {sorted(outputs)}")
-        values = next(iter(outputs.values()))
-    arr = np.asarray(values)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise errors.ModelError(f"regress output has shape {list(arr.shape)}, expected [N] or [N, 1]")
-    return {"results": to_json_value(arr, "outputs")}
-

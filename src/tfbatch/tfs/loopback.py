@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from tfbatch.tfs.grpc_service import DEFAULT_MAX_MESSAGE_BYTES, start_grpc_server
+from tfbatch.tfs.grpc_service import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_REQUEST_BYTES, start_grpc_server
 from tfbatch.tfs.loopback_auth import LoopbackAuthInterceptor, LoopbackAuthMiddleware, LoopbackGuard
 from tfbatch.tfs.rest import tfs_app
 
@@ -119,6 +119,9 @@ class LoopbackEndpoints:
                 max_message_bytes=self.grpc_max_message_bytes,
                 max_workers=self.grpc_workers,
                 interceptors=[LoopbackAuthInterceptor(self.guard, self._grpc_address)],
+                # The endpoint's own budget (RuntimeSettings), as its REST side and TfsApi use.
+                max_request_bytes=getattr(self.model_server.settings, "max_request_bytes", None)
+                or DEFAULT_MAX_REQUEST_BYTES,
             )
         except BaseException:
             self._rest.stop()

@@ -110,14 +110,12 @@ class InstanceRunner:
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         return self
 
-    def _start_pool(self, handlers) -> None:
+    def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
         if self.handler_workers() > 0:
             from tfbatch.handlers.pool import HandlerPool
-            from tfbatch.handlers.pooled import script_init
 
-            self.pool = HandlerPool(script_init(handlers.script, self.spec.max_image_pixels),
-                                    self.handler_workers()).start()
+            self.pool = HandlerPool(init, self.handler_workers()).start()
 
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""

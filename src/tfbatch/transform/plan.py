@@ -149,6 +149,23 @@ class JobInputs:
             self.on_total(todo)
 
 
+def _pair_pages(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, page_size: int
+                ) -> Iterator[tuple[np.ndarray, list[ObjectRef]]]:
+    """A plain ``(instance, ref)`` stream in the page form of :meth:`JobInputs.pages`."""
+    instances: list[int] = []
+    refs: list[ObjectRef] = []
+    for i, ref in pairs:
+        if not 0 <= i < instance_count:
+            raise ValueError(f"object {ref.key!r} is assigned to instance {i} of {instance_count}")
+        instances.append(i)
+        refs.append(ref)
+        if len(refs) >= page_size:
+            yield np.asarray(instances), refs
+            instances, refs = [], []
+    if refs:
+        yield np.asarray(instances), refs
+
+
 def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, size: int = 256
                 ) -> Iterator[tuple[int, list[ObjectRef]]]:
     """``(instance, chunk)`` from an assigned stream: each chunk holds up to ``size`` of that
@@ -157,27 +174,21 @@ def iter_chunks(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, siz
     if isinstance(pairs, JobInputs):
         if pairs.instance_count != len(buffers):
             raise ValueError(f"inputs planned for {pairs.instance_count} instances, chunked for {len(buffers)}")
-        # A page at a time: an instance's refs are picked out with one numpy mask, not a
-        # Python step per key (at 10M keys that step was a tenth of the pass).
-        for instances, page in pairs.pages():
-            for i, buffer in enumerate(buffers):
-                if len(buffers) == 1:
-                    buffer.extend(page)
-                else:
-                    buffer.extend([page[j] for j in np.flatnonzero(instances == i).tolist()])
-                while len(buffer) >= size:
-                    yield i, buffer[:size]
-                    del buffer[:size]
+        pages = pairs.pages()
+    else:
+        # Pages of one chunk's length: a single instance's chunks still leave as soon as they fill.
+        pages = _pair_pages(pairs, len(buffers), size)
+    # A page at a time: an instance's refs are picked out with one numpy mask, not a Python
+    # step per key (at 10M keys that step was a tenth of the pass).
+    for instances, page in pages:
         for i, buffer in enumerate(buffers):
-            if buffer:
-                yield i, buffer
-        return
-    for i, ref in pairs:
-        buffer = buffers[i]
-        buffer.append(ref)
-        if len(buffer) >= size:
-            yield i, buffer
-            buffers[i] = []
+            if len(buffers) == 1:
+                buffer.extend(page)
+            else:
+                buffer.extend([page[j] for j in np.flatnonzero(instances == i).tolist()])
+            while len(buffer) >= size:
+                yield i, buffer[:size]
+                del buffer[:size]
     for i, buffer in enumerate(buffers):
         if buffer:
             yield i, buffer

@@ -14,6 +14,7 @@ from tfbatch import errors
 from tfbatch.runtime import SignatureInfo, TensorInfo
 from tfbatch.tfs.codec import decode_predict, encode_predict
 from tfbatch.tfs import codec
+from tfbatch.tfs import examples
 
 
 def sig(**inputs: tuple[str, tuple | None]) -> SignatureInfo:
@@ -104,6 +105,25 @@ def test_dtype_errors_are_precise():
         decode_predict({"instances": [["a", "b", "c"]]}, X3)
     with pytest.raises(errors.InvalidInput, match=r"expected dtype float32 with shape \[-1, 3\], got int64 with shape \[1, 4\]"):
         decode_predict({"instances": [[1, 2, 3, 4]]}, X3)
+
+
+def test_numeric_inputs_are_charged_against_the_request_budget_before_any_array():
+    rows = [[0, 0, 0]] * 1000  # 3000 float32 values: 12000 bytes
+    assert decode_predict({"instances": rows}, X3, max_bytes=12000)[0]["x"].shape == (1000, 3)
+    for body, s in [
+        ({"instances": rows}, X3),
+        ({"inputs": rows}, X3),
+        ({"inputs": {"x": rows}}, X3),
+        ({"instances": [{"a": [0, 0], "b": 0}] * 1000}, MULTI),  # 8000 + 8000 bytes: only together too many
+    ]:
+        with pytest.raises(errors.InvalidInput, match=r"over the limit of 11999 bytes .*--max-request-mb"):
+            decode_predict(body, s, max_bytes=11999)
+    # strings carry the body's own bytes and are not charged; no budget means none is applied
+    assert decode_predict({"instances": ["x" * 100] * 200}, IMG, max_bytes=10)[0]["image_bytes"].shape == (200,)
+    assert decode_predict({"instances": rows}, X3)[0]["x"].shape == (1000, 3)
+    # lists longer than the first element says are ragged: refused as such, not let through
+    with pytest.raises(errors.InvalidInput, match="shape"):
+        decode_predict({"instances": [[0, 0, 0], [0] * 100000]}, X3, max_bytes=100)
 
 
 def test_request_shape_errors():
@@ -207,7 +227,7 @@ def test_classify_examples_with_context_and_types():
             {"x": [1, 2.5], "flag": True},
         ],
     }
-    serialized = codec.decode_examples(body)
+    serialized = examples.decode_examples(body)
     assert serialized.dtype == object and len(serialized) == 2
     e0, e1 = (example_pb2.Example.FromString(s) for s in serialized)
     f0, f1 = e0.features.feature, e1.features.feature
@@ -223,18 +243,18 @@ def test_classify_examples_with_context_and_types():
 
 def test_examples_errors():
     with pytest.raises(errors.InvalidInput, match="missing the 'examples' key"):
-        codec.decode_examples({"instances": []})
+        examples.decode_examples({"instances": []})
     with pytest.raises(errors.InvalidInput, match="non-empty list"):
-        codec.decode_examples({"examples": []})
+        examples.decode_examples({"examples": []})
     with pytest.raises(errors.InvalidInput, match=r"example 1: feature 'x' mixes value types \['bytes', 'float'\]"):
-        codec.decode_examples({"examples": [{"x": 1.0}, {"x": [1.0, "a"]}]})
+        examples.decode_examples({"examples": [{"x": 1.0}, {"x": [1.0, "a"]}]})
     with pytest.raises(errors.InvalidInput, match="example 0: feature 'x' has an element of unexpected JSON type: a list"):
-        codec.decode_examples({"examples": [{"x": [[1.0]]}]})
+        examples.decode_examples({"examples": [{"x": [[1.0]]}]})
 
 
 def test_encode_classify_and_regress():
-    out = codec.encode_classify(
+    out = examples.encode_classify(
         {"classes": np.array([[b"a", b"b"]], dtype=object), "scores": np.array([[0.25, 0.75]], np.float32)}
     )
     assert out == {"results": [[["a", 0.25], ["b", 0.75]]]}
-    assert codec.encode_regress({"outputs": np.array([[1.5], [2.0]], np.float32)}) == {"results": [1.5, 2.0]}
+    assert examples.encode_regress({"outputs": np.array([[1.5], [2.0]], np.float32)}) == {"results": [1.5, 2.0]}

@@ -110,6 +110,25 @@ def test_auth_everywhere_but_ping(model_server):
     assert r.status_code == 200
 
 
+EVERY_ROUTE = [
+    ("POST", "/invocations"), ("POST", "/endpoints/ep/invocations"), ("GET", "/execution-parameters"),
+    ("GET", "/metrics"), ("POST", "/v1/models/linear:predict"), ("POST", "/v1/models/linear/versions/1:predict"),
+    ("POST", "/v1/models/cr:classify"), ("POST", "/v1/models/cr:regress"), ("GET", "/v1/models/linear"),
+    ("GET", "/v1/models/linear/versions/1"), ("GET", "/v1/models/linear/metadata"),
+    ("GET", "/no/such/route"),  # answered 401, not 404: nothing is learnt without the token
+]
+
+
+@pytest.mark.parametrize("method, path", EVERY_ROUTE)
+def test_every_route_but_ping_needs_the_token(model_server, method, path):
+    app = build_app(InferenceService(model_server), ServeSettings(auth_token="s3cret"))
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic czNjcmV0"}):
+        r = call(app, method, path, json={"instances": X}, headers=headers)
+        assert r.status_code == 401, (path, headers, r.text)
+    r = call(app, method, path, json={"instances": X}, headers={"Authorization": "Bearer s3cret"})
+    assert r.status_code != 401, path
+
+
 def test_timeout_504(tmp_path_factory):
     from tfbatch.runtime import ModelServer
     from tfbatch.testing.models import make_slow_model
@@ -120,6 +139,52 @@ def test_timeout_504(tmp_path_factory):
     r = call(app, "POST", "/invocations", json={"instances": [[1.0, 2.0]]})
     assert r.status_code == 504 and "request timeout" in r.json()["error"]
     server.close()
+
+
+# A handler whose model call the test holds open: it records that it started, then waits.
+GATED_SCRIPT = """
+import threading
+
+STARTED = []
+GATE = threading.Event()
+
+
+def handler(data, context):
+    STARTED.append(1)
+    GATE.wait(120)
+    return b"{}", "application/json"
+"""
+
+
+def test_a_504_keeps_the_model_slot_until_the_work_ends(model_server, tmp_path):
+    """Issue 12's probe: after a 504 the limiter slot went back while the model call still ran,
+    so timed-out work piled up beyond the limit. With one slot, the next request must not start
+    model work until the abandoned call has finished."""
+    from tfbatch.handlers.user_code import load_handlers, load_module
+
+    script = tmp_path / "code" / "inference.py"
+    script.parent.mkdir()
+    script.write_text(GATED_SCRIPT)
+    handlers = load_handlers(script)
+    module = load_module(script)
+    app = build_app(InferenceService(model_server, handlers), ServeSettings(http_threads=1, request_timeout_s=3))
+
+    async def scenario():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            try:
+                first = await client.post("/invocations", content=b"{}")
+                assert first.status_code == 504, first.text
+                assert module.STARTED == [1]  # it timed out inside the model call, which runs on
+                second = await client.post("/invocations", content=b"{}")
+                assert second.status_code == 504, second.text
+                assert module.STARTED == [1]  # it waited for the slot and never started
+            finally:
+                module.GATE.set()
+            third = await client.post("/invocations", content=b"{}")  # the slot comes back
+            assert third.status_code == 200, third.text
+            assert module.STARTED == [1, 1]
+
+    anyio.run(scenario)
 
 
 def test_metrics(app):

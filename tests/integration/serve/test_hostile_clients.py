@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import socket
 import threading
 
@@ -31,7 +32,8 @@ NORMAL_CLIENTS = 64
 def server(linear_dir, tmp_path_factory):
     srv = ServerProcess(
         linear_dir, tmp_path_factory.mktemp("hostile"),
-        "--max-body-mb", "1", "--max-request-mb", "8", "--header-timeout", "2", "--max-connections", "400",
+        "--max-body-mb", "1", "--max-request-mb", "1", "--header-timeout", "2", "--max-connections", "400",
+        "--body-timeout", "2",
     ).wait_ready()
     yield srv
     assert srv.stop() == 0, srv.output()
@@ -90,6 +92,17 @@ def test_grpc_message_limit_equals_the_http_body_limit(server):
     assert r.status_code == 413
 
 
+@pytest.mark.parametrize("route", ["/invocations", "/v1/models/model:predict"])
+def test_a_json_body_under_the_body_limit_is_charged_against_the_request_budget(server, route):
+    # 800 KB of text (under --max-body-mb 1) that decodes to 300,000 float32 values, 1.2 MB
+    # (over --max-request-mb 1): refused before the arrays are made, as gRPC refuses it.
+    body = b'{"instances": [' + b",".join([b"[0,0,0]"] * 100_000) + b"]}"
+    assert len(body) < 1024 * 1024
+    r = requests.post(f"{server.url}{route}", data=body, headers={"Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text[:300]
+    assert "--max-request-mb" in r.json()["error"]
+
+
 GRPC_MALFORMED = {
     "huge-shape": {"x": _tensor(types_pb2.DT_FLOAT, [1 << 40, 3], float_val=[1.0])},
     "negative-dim": {"x": _tensor(types_pb2.DT_FLOAT, [-1, 3], float_val=[1.0])},
@@ -143,12 +156,14 @@ def test_malformed_rest_requests_are_4xx_never_5xx(server, route, case):
     assert r.json()["error"]
 
 
-def _slow_client(port: int, closed: list, stop: threading.Event) -> None:
+def _slow_client(port: int, closed: list, stop: threading.Event, connected: threading.Barrier) -> None:
     """Sends a request's headers one byte at a time, and never finishes them."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     try:
         request = b"POST /invocations HTTP/1.1\r\nHost: x\r\n" + b"X-Padding: " + b"a" * 10_000
-        for byte in request:
+        sock.sendall(request[:1])
+        connected.wait(60)  # the normal clients start only once every slow one is connected
+        for byte in request[1:]:
             try:
                 sock.sendall(bytes([byte]))
             except OSError:
@@ -172,18 +187,22 @@ def _slow_client(port: int, closed: list, stop: threading.Event) -> None:
 
 def test_slow_clients_neither_starve_normal_ones_nor_hold_connections(server):
     pid = server.proc.pid
+    peak_before = _peak_rss(pid)
     closed: list[bool] = []
     stop = threading.Event()
-    slow = [threading.Thread(target=_slow_client, args=(server.port, closed, stop), daemon=True)
+    connected = threading.Barrier(SLOW_CLIENTS + 1)
+    slow = [threading.Thread(target=_slow_client, args=(server.port, closed, stop, connected), daemon=True)
             for _ in range(SLOW_CLIENTS)]
     for t in slow:
         t.start()
+    connected.wait(120)
 
     def normal(i: int) -> int:
         r = requests.post(f"{server.url}/invocations", json={"instances": X}, timeout=60)
         return r.status_code
 
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    # One thread per normal client: all 64 are in flight together, beside the 200 slow ones.
+    with concurrent.futures.ThreadPoolExecutor(NORMAL_CLIENTS) as pool:
         statuses = list(pool.map(normal, range(NORMAL_CLIENTS)))
     assert statuses == [200] * NORMAL_CLIENTS
     for t in slow:
@@ -193,3 +212,67 @@ def test_slow_clients_neither_starve_normal_ones_nor_hold_connections(server):
     assert closed == [True] * SLOW_CLIENTS
     assert server.proc.poll() is None and server.proc.pid == pid
     assert requests.get(f"{server.url}/ping", timeout=10).status_code == 200
+    # 264 connections' buffers and requests are a few MiB; a wide margin for allocator noise.
+    assert _peak_rss(pid) - peak_before < 128 * 1024 * 1024
+
+
+def _read_response(sock: socket.socket) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length: (status, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "connection closed inside the body"
+        body += chunk
+    return int(head.split(b" ", 2)[1]), body[:length]
+
+
+def test_a_stalled_body_is_answered_408_not_held_until_the_request_timeout(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=120) as sock:
+        sock.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n" + b'{"instances": ')
+        # Nothing more is sent: the server must give up after --body-timeout (2 s), well before
+        # --request-timeout (60 s, which would answer 504).
+        status, body = _read_response(sock)
+    assert status == 408, body
+    assert "--body-timeout" in json.loads(body)["error"]
+    assert server.proc.poll() is None
+
+
+@pytest.fixture(scope="module")
+def capped(linear_dir, tmp_path_factory):
+    srv = ServerProcess(
+        linear_dir, tmp_path_factory.mktemp("capped"), "--grpc-port", "-1", "--max-connections", "3",
+        "--header-timeout", "60",
+    ).wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.output()
+
+
+def _held_connection(port: int) -> socket.socket:
+    """A connection the server has certainly accepted (it answered on it), then kept busy with
+    an unfinished request so that neither side closes it."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _read_response(sock)[0] == 200
+    sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n")
+    return sock
+
+
+def test_connections_beyond_max_connections_get_503(capped):
+    # uvicorn counts the asking connection too: with a cap of 3, two others may be open. The
+    # second held connection's own /ping (200, in _held_connection) is the request under the cap.
+    held = []
+    try:
+        held += [_held_connection(capped.port), _held_connection(capped.port)]
+        r = requests.get(f"{capped.url}/ping", timeout=30)
+        assert r.status_code == 503, r.text
+    finally:
+        for sock in held:
+            sock.close()
+    assert capped.proc.poll() is None

@@ -154,3 +154,27 @@ def test_bound_sockets_say_tcp_so_asyncio_sets_nodelay():
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+def test_both_sides_charge_requests_against_the_model_servers_budget(linear_dir):
+    """``tfbatch serve --max-request-mb`` reaches the loopback endpoints through RuntimeSettings."""
+    from tfbatch.runtime import ModelServer, RuntimeSettings
+    from tfbatch.tfs.loopback import LoopbackEndpoints
+
+    rows = np.ones((1000, 3), np.float32)  # 12,000 bytes, over a 4 KiB budget
+    settings = RuntimeSettings(max_request_bytes=4096)
+    with ModelServer({"linear": {1: linear_dir / "1"}}, settings) as server, LoopbackEndpoints(server) as ends:
+        r = requests.post(f"http://127.0.0.1:{ends.rest_port}/v1/models/linear:predict",
+                          json={"instances": rows.tolist()}, timeout=60)
+        assert r.status_code == 400 and "--max-request-mb" in r.json()["error"], r.text
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "linear"
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(rows))
+        with grpc.insecure_channel(f"127.0.0.1:{ends.grpc_port}") as channel:
+            with pytest.raises(grpc.RpcError) as info:
+                prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(request, timeout=60)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "--max-request-mb" in info.value.details()
+        small = requests.post(f"http://127.0.0.1:{ends.rest_port}/v1/models/linear:predict",
+                              json={"instances": rows[:100].tolist()}, timeout=60)
+        assert small.status_code == 200, small.text

@@ -108,3 +108,28 @@ def test_token_from_file_guards_http(server):
     assert requests.post(f"{server.url}/invocations", json={"instances": X}, timeout=30).status_code == 401
     assert requests.post(f"{server.url}/invocations", json={"instances": X}, headers=AUTH, timeout=60).ok
     assert TOKEN not in " ".join(server.proc.args)
+
+
+@pytest.mark.parametrize(
+    "flags, env, warned",
+    [
+        (["--host", "192.0.2.1"], {}, True),
+        (["--host", "192.0.2.1", "--insecure"], {}, False),
+        (["--host", "192.0.2.1"], {"TFBATCH_AUTH_TOKEN": "tok"}, False),
+        (["--host", "127.0.0.1"], {}, False),
+    ],
+    ids=["open", "insecure", "token", "loopback"],
+)
+def test_serving_beyond_loopback_without_a_token_warns_unless_insecure(tmp_path, flags, env, warned):
+    """The warning comes before anything binds: a missing model (and TEST-NET-1, an address no
+    host has) makes the process stop right after it, so nothing listens beyond loopback."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfbatch.serve", str(tmp_path / "no-model"), "--port", "0", "--grpc-port", "-1", *flags],
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0 and "does not exist" in proc.stderr, proc.stderr[-2000:]
+    assert ("serving 192.0.2.1 without an auth token" in proc.stderr) is warned, proc.stderr[-2000:]

@@ -163,6 +163,32 @@ def test_auth_on_http_and_grpc(handler_server):
     assert [d.size for d in result.outputs["y"].tensor_shape.dim] == [2, 2]
 
 
+GRPC_METHODS = [
+    "/tensorflow.serving.PredictionService/Predict", "/tensorflow.serving.PredictionService/Classify",
+    "/tensorflow.serving.PredictionService/Regress", "/tensorflow.serving.PredictionService/MultiInference",
+    "/tensorflow.serving.PredictionService/GetModelMetadata", "/tensorflow.serving.ModelService/GetModelStatus",
+    "/tensorflow.serving.ModelService/HandleReloadConfigRequest",
+]
+
+
+def test_every_public_grpc_method_but_health_needs_the_token(handler_server):
+    from tensorflow_serving.apis import get_model_status_pb2
+
+    with grpc.insecure_channel(f"127.0.0.1:{handler_server.grpc_port}") as channel:
+        for method in GRPC_METHODS:
+            for metadata in (None, [("authorization", "Bearer wrong")]):
+                with pytest.raises(grpc.RpcError) as info:
+                    channel.unary_unary(method)(b"", timeout=30, metadata=metadata)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, (method, metadata)
+        status = get_model_status_pb2.GetModelStatusRequest()
+        status.model_spec.name = "model"
+        reply = channel.unary_unary("/tensorflow.serving.ModelService/GetModelStatus")(
+            status.SerializeToString(), timeout=30, metadata=[("authorization", "Bearer tok")])
+        assert get_model_status_pb2.GetModelStatusResponse.FromString(reply).model_version_status
+        # health stays open to probes without credentials
+        channel.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=30)
+
+
 def test_two_workers_share_the_port(handler_server):
     pids = set()
     for _ in range(30):
@@ -172,33 +198,115 @@ def test_two_workers_share_the_port(handler_server):
     assert len(pids) == 2
 
 
-def test_graceful_shutdown_finishes_in_flight_requests(tmp_path_factory):
+def _gate_model(path):
+    """``gate``: [a FIFO path prefix] -> its length, once the model has written to
+    ``<gate>.entered`` and then to ``<gate>.release``. Opening a FIFO to write waits for a
+    reader, so the test knows the call is inside the model and decides when it ends.
+    (``read_file`` would not do: TensorFlow sizes the file first and reads nothing.)"""
+    class Gate(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="gate")])
+        def serve(self, gate):
+            tf.io.write_file(gate[0] + ".entered", "x")  # stateful ops run in program order
+            tf.io.write_file(gate[0] + ".release", "x")
+            return {"y": tf.strings.length(gate)}
+
+    module = Gate()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+
+
+def _open_fifo(path: str, mode: str, srv):
+    """open() of a FIFO waits for the other end; if the server never opens it, fail instead."""
+    import os
     import threading
-    import time
 
-    from tfbatch.testing.models import make_slow_model
+    opened = {}
+    opener = threading.Thread(target=lambda: opened.setdefault("f", open(path, mode)), daemon=True)
+    opener.start()
+    opener.join(120)  # a bound for a broken server, not a wait a passing run ever uses up
+    if opener.is_alive():
+        os.close(os.open(path, os.O_RDWR))  # lets the stuck open() return
+        opener.join()
+        opened["f"].close()
+        raise AssertionError(f"the server never opened {path}:\n{srv.output()}")
+    return opened["f"]
 
-    root = tmp_path_factory.mktemp("slowart")
-    make_slow_model(root / "1", delay_s=1.5)
-    srv = ServerProcess(root, tmp_path_factory.mktemp("slowsrv"), "--grpc-port", "-1").wait_ready()
+
+@pytest.fixture(scope="module")
+def gate_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gateart")
+    _gate_model(root / "1")
+    return root
+
+
+def _gated_server(gate_dir, tmp) -> tuple[ServerProcess, str]:
+    """A serve process over the gate model, and a fresh gate (two FIFOs) for one call."""
+    import os
+
+    gate = str(tmp / "gate")
+    os.mkfifo(gate + ".entered")
+    os.mkfifo(gate + ".release")
+    return ServerProcess(gate_dir, tmp).wait_ready(), gate
+
+
+def _pass(gate: str, which: str, srv: ServerProcess) -> None:
+    """Let the held call past ``<gate>.entered`` (then it is inside the model) or ``.release``."""
+    with _open_fifo(f"{gate}.{which}", "r", srv) as fifo:
+        assert fifo.read() == "x"
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(gate_dir, tmp_path):
+    import signal
+    import threading
+
+    from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthCheckRequest, HealthCheckResponse
+
+    srv, gate = _gated_server(gate_dir, tmp_path)
     result = {}
 
     def call():
-        result["r"] = requests.post(f"{srv.url}/invocations", json={"instances": [[1.0, 2.0]]}, timeout=30)
-
-    def in_flight() -> float:
-        text = requests.get(f"{srv.url}/metrics", timeout=10).text
-        return float(re.search(r"^tfbatch_requests_in_flight (\S+)$", text, re.M).group(1))
+        result["r"] = requests.post(f"{srv.url}/v1/models/model:predict", json={"instances": [gate]}, timeout=120)
 
     worker = threading.Thread(target=call)
     worker.start()
-    # The scrape counts itself: 2 means the invocation is being served (for 1.5 s, in the model).
-    for _ in range(3000):
-        if in_flight() >= 2:
-            break
-        assert worker.is_alive(), "the request was answered before it was seen in flight"
-        time.sleep(0.01)
-    assert srv.stop() == 0, srv.output()
+    _pass(gate, "entered", srv)
+    with grpc.insecure_channel(f"127.0.0.1:{srv.grpc_port}") as channel:
+        watch = channel.unary_stream("/grpc.health.v1.Health/Watch",
+                                     request_serializer=HealthCheckRequest.SerializeToString,
+                                     response_deserializer=HealthCheckResponse.FromString)
+        stream = watch(HealthCheckRequest(service=""), timeout=120)
+        assert next(stream).status == SERVING
+        srv.proc.send_signal(signal.SIGTERM)
+        # Probes learn of the shutdown when the drain starts, while the request is still held.
+        assert next(stream).status == NOT_SERVING
+        stream.cancel()
+    assert worker.is_alive() and srv.proc.poll() is None, (result["r"].status_code, result["r"].text[:500])
+    _pass(gate, "release", srv)
     worker.join()
-    assert result["r"].status_code == 200
-    assert result["r"].json()["predictions"] == [[2.0, 4.0]]
+    assert srv.proc.wait(120) == 0, srv.output()
+    assert result["r"].status_code == 200, result["r"].text
+    assert result["r"].json()["predictions"] == [len(gate)]
+
+
+def test_grpc_calls_in_flight_finish_when_the_server_stops(gate_dir, tmp_path):
+    import signal
+    import threading
+
+    srv, gate = _gated_server(gate_dir, tmp_path)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "model"
+    request.inputs["gate"].CopyFrom(tf.make_tensor_proto([gate]))
+    address = f"127.0.0.1:{srv.grpc_port}"
+    with grpc.insecure_channel(address) as held, grpc.insecure_channel(address) as watcher:
+        future = prediction_service_pb2_grpc.PredictionServiceStub(held).Predict.future(request, timeout=120)
+        _pass(gate, "entered", srv)
+        # A second connection, READY, learns when the gRPC server begins to stop: its GOAWAY.
+        watcher.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=30)
+        stopping = threading.Event()
+        watcher.subscribe(lambda state: state is not grpc.ChannelConnectivity.READY and stopping.set())
+        srv.proc.send_signal(signal.SIGTERM)
+        assert stopping.wait(120), srv.output()
+        assert not future.done()
+        _pass(gate, "release", srv)
+        reply = future.result()
+    assert tf.make_ndarray(reply.outputs["y"]).tolist() == [len(gate)]
+    assert srv.proc.wait(120) == 0, srv.output()

@@ -202,6 +202,10 @@ def test_serve_process_warms_up_before_ping_and_takes_a_batching_file(counting, 
         assert r.json()["predictions"] == [6]
         status = requests.get(f"{srv.url}/v1/models/model", timeout=30).json()
         assert [(s["version"], s["state"]) for s in status["model_version_status"]] == [("1", "AVAILABLE")]
+        # The file's max_batch_size took effect (it turns batching on, as in TF Serving): one
+        # worker advertises that many concurrent transforms; without the file it would be 1.
+        params = requests.get(f"{srv.url}/execution-parameters", timeout=30).json()
+        assert params["MaxConcurrentTransforms"] == 4
     finally:
         assert srv.stop() == 0
 

@@ -1,0 +1,39 @@
+"""Reading ``py-spy record -f raw`` files, shared by the phase breakdowns in this folder.
+
+A line is ``frame;frame;... COUNT``, root first. With ``--threads`` the first frame names the
+thread; with ``--subprocesses`` a child's frames are nested under its parent's
+(``process A;process B;thread;...``). A sample goes to the first phase whose marker appears
+in one of its frames, searched from the leaf up: the leaf-most match names what the thread
+was doing, whatever called it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+Phases = Sequence[tuple[str, Sequence[str]]]
+
+
+def samples(path: str) -> Iterator[tuple[list[str], int]]:
+    """``(frames, count)`` per line; blank lines and lines without a count are skipped."""
+    for line in open(path, encoding="utf-8", errors="replace"):
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if stack:
+            yield stack.split(";"), int(count)
+
+
+def split_process(frames: list[str]) -> tuple[str, list[str]]:
+    """The innermost ``process ...`` frame (the first frame when there is none) and the
+    stack below the thread frame that follows it."""
+    depth = 0
+    while depth + 1 < len(frames) and frames[depth + 1].startswith("process "):
+        depth += 1
+    return frames[depth], frames[depth + 2:]
+
+
+def phase_of(frames: list[str], phases: Phases, other: str) -> str:
+    for frame in reversed(frames):
+        for phase, markers in phases:
+            if any(m in frame for m in markers):
+                return phase
+    return other
