@@ -5,9 +5,10 @@ output) takes one core 80-130 ms, longer than the gRPC answer's whole call, and 
 cannot share that work. Processes can. The pieces of the answer's large arrays
 (:mod:`tfbatch.tfs.jsonpieces`) take turns: this process writes the first, each borrowed
 helper the next, and so on round the table. Each helper gets the values of all its pieces at the start (one ``sendmsg``) and
-sends every text as soon as it is written; the stream reads them back in order when it
-reaches them, so every writer works near the part of the answer that is sent next, and a
-helper holds at most ``OUTBOX`` unsent texts. The bytes are those of one ``orjson.dumps``.
+writes them all without waiting, sending each text as far as the socket takes it at once;
+the stream reads the texts back in order when it reaches them. So every writer works near
+the part of the answer that is sent next, and a helper holds at most its own share of the
+answer's text. The bytes are those of one ``orjson.dumps``.
 
 Helpers are borrowed, never waited for: a response takes the helpers that are idle and
 writes the rest itself. They are plain children (``python -m tfbatch.tfs.json_helpers FD``,
@@ -29,13 +30,14 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
+import itertools
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -52,7 +54,6 @@ ERROR = (1 << 64) - 1
 READY = b"R"
 _IOV_MAX = 512
 _ALIGN = 16
-OUTBOX = 2  # texts a helper holds written but not yet sent
 # A helper's share below this is not worth a hop (~1.3 MB of float32 text, a few ms of orjson).
 MIN_SHARE_VALUES = 1 << 17
 MAX_FAILED_STARTS = 3  # in a row: helpers cannot start here, stop trying
@@ -358,46 +359,57 @@ def _set_timeout(sock: socket.socket, seconds: float) -> None:
 # --- the helper process ------------------------------------------------------------------------
 
 
-def _serve(sock: socket.socket) -> None:
-    # Texts go out from a second thread (sendmsg releases the GIL) so that writing the next
-    # piece does not wait for the server to read the last one.
-    outbox: queue.Queue = queue.Queue(maxsize=OUTBOX)
-    failed = threading.Event()
+class _Outbox:
+    """Texts written but not yet sent. Writing never waits for the server to read: after each
+    text, what the socket takes at once is sent (``MSG_DONTWAIT``), and the rest waits for the
+    next text or the end of the job. One thread, so nothing contends for the GIL with orjson."""
 
-    def sender() -> None:
-        while True:
-            buffers = outbox.get()
-            if buffers is None:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.views: deque[memoryview] = deque()
+
+    def put(self, *buffers: bytes) -> None:
+        self.views.extend(memoryview(b) for b in buffers if len(b))
+        self.flush(wait=False)
+
+    def flush(self, wait: bool = True) -> None:
+        flags = 0 if wait else socket.MSG_DONTWAIT
+        while self.views:
+            try:
+                sent = self.sock.sendmsg(list(itertools.islice(self.views, _IOV_MAX)), [], flags)
+            except BlockingIOError:
                 return
-            try:
-                _send_all(sock, buffers)
-            except OSError:
-                failed.set()  # the server went away; the reader sees EOF next
+            while sent:
+                head = self.views[0]
+                if sent >= head.nbytes:
+                    sent -= head.nbytes
+                    self.views.popleft()
+                else:
+                    self.views[0] = head[sent:]
+                    sent = 0
 
-    thread = threading.Thread(target=sender, daemon=True)
-    thread.start()
+
+def _serve(sock: socket.socket) -> None:
     sock.sendall(READY)
-    try:
-        while not failed.is_set():
-            try:
-                meta_size, data_size = _REQUEST.unpack(_recv_exact(sock, _REQUEST.size))
-                meta = orjson.loads(_recv_exact(sock, meta_size))
-                data = bytearray(data_size)
-                _recv_into(sock, memoryview(data))
-            except EOFError:
-                return  # the server closed its end or died
-            try:
-                for dtype, offset, shape, inner, head, tail in meta:
-                    piece = Piece(head.encode(), 0, tuple(shape), inner, tail.encode())
-                    flat = np.frombuffer(data, dtype=np.dtype(dtype), count=piece.size, offset=offset)
-                    text = jsonpieces.encode(flat, piece)
-                    outbox.put([_LENGTH.pack(len(text)), text])
-            except Exception as exc:  # noqa: BLE001 - report it; the server writes the rest itself
-                message = f"{type(exc).__name__}: {exc}".encode()
-                outbox.put([_LENGTH.pack(ERROR), _LENGTH.pack(len(message)), message])
-    finally:
-        outbox.put(None)
-        thread.join()
+    outbox = _Outbox(sock)
+    while True:
+        try:
+            meta_size, data_size = _REQUEST.unpack(_recv_exact(sock, _REQUEST.size))
+            meta = orjson.loads(_recv_exact(sock, meta_size))
+            data = bytearray(data_size)
+            _recv_into(sock, memoryview(data))
+        except EOFError:
+            return  # the server closed its end or died
+        try:
+            for dtype, offset, shape, inner, head, tail in meta:
+                piece = Piece(head.encode(), 0, tuple(shape), inner, tail.encode())
+                flat = np.frombuffer(data, dtype=np.dtype(dtype), count=piece.size, offset=offset)
+                text = jsonpieces.encode(flat, piece)
+                outbox.put(_LENGTH.pack(len(text)), text)
+        except Exception as exc:  # noqa: BLE001 - report it; the server writes the rest itself
+            message = f"{type(exc).__name__}: {exc}".encode()
+            outbox.put(_LENGTH.pack(ERROR), _LENGTH.pack(len(message)), message)
+        outbox.flush()
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:
