@@ -186,6 +186,7 @@ def test_a_client_leaving_mid_stream_gives_the_helpers_back(wide_dir):
     """The app as uvicorn calls it; the client is gone after the first body chunk."""
     import anyio
 
+    from tests.support import asgi
     from tfbatch.handlers.service import InferenceService
     from tfbatch.runtime import ModelServer
     from tfbatch.serve.app import build_app
@@ -196,34 +197,12 @@ def test_a_client_leaving_mid_stream_gives_the_helpers_back(wide_dir):
     try:
         app = build_app(InferenceService(local), ServeSettings(), json_helpers=pool)
         body = b'{"instances": [1.0, 2.0, 3.0, 4.0]}'
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": "POST", "path": "/invocations", "raw_path": b"/invocations", "query_string": b"",
-                 "root_path": "", "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "scheme": "http",
-                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
         lent_mid_stream = []
-
-        async def go():
-            first_chunk = anyio.Event()
-            requested = False
-
-            async def receive():
-                nonlocal requested
-                if not requested:
-                    requested = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                await first_chunk.wait()
-                return {"type": "http.disconnect"}
-
-            async def send(message):
-                if message["type"] == "http.response.body" and message.get("body") and not first_chunk.is_set():
-                    lent_mid_stream.append(pool.lent)
-                    first_chunk.set()
-                    await anyio.sleep(0)
-
-            await app(scope, receive, send)
-
-        anyio.run(go)  # returns once the loop's executor, which closes the stream, has finished
-        assert lent_mid_stream == [1] and pool.lent == 0
+        sent = anyio.run(lambda: asgi.call(app, "POST", "/invocations", body, leave_after_first=True,
+                                           headers=[(b"content-type", b"application/json")],
+                                           on_first_chunk=lambda: lent_mid_stream.append(pool.lent)))
+        # anyio.run returns once the loop's executor, which closes the stream, has finished.
+        assert sent[0]["status"] == 200 and lent_mid_stream == [1] and pool.lent == 0
         value = {"a": outputs_of(np.float32, (40, 300))}
         before = pool.pieces_by_helpers
         assert b"".join(chunks_of(value, pool)) == jsonenc.dumps(value)  # discards what it owed first

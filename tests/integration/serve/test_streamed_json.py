@@ -141,8 +141,8 @@ def test_several_outputs_cannot_be_one_npy_answer(server):
 def test_a_disconnect_stops_the_stream(local_server, expected, path):
     """The app itself, called as uvicorn calls it: after the first body chunk the client is gone."""
     import anyio
-    import anyio.lowlevel
 
+    from tests.support import asgi
     from tfbatch.handlers.service import InferenceService
     from tfbatch.serve.app import build_app
     from tfbatch.serve.settings import ServeSettings
@@ -150,33 +150,8 @@ def test_a_disconnect_stops_the_stream(local_server, expected, path):
     app = build_app(InferenceService(local_server), ServeSettings(request_timeout_s=60))
     body = b'{"instances": [1.0, 2.0, 3.0, 4.0]}'
     total = len(expected(json.loads(body)))
-    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-             "method": "POST", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "scheme": "http"}
-    sent: list[dict] = []
-
-    async def go():
-        first_chunk = anyio.Event()
-        requested = False
-
-        async def receive():
-            nonlocal requested
-            if not requested:
-                requested = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await first_chunk.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message):
-            sent.append(message)
-            if message["type"] == "http.response.body" and message.get("body"):
-                first_chunk.set()
-                await anyio.lowlevel.checkpoint()  # as a transport's drain would: the disconnect lands here
-
-        await app(scope, receive, send)
-
-    anyio.run(go)
+    sent = anyio.run(lambda: asgi.call(app, "POST", path, body, headers=[(b"content-type", b"application/json")],
+                                       leave_after_first=True))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
     streamed_bytes = sum(len(m.get("body", b"")) for m in sent[1:])
     assert 0 < streamed_bytes < total / 4, (streamed_bytes, total)

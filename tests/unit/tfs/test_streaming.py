@@ -11,6 +11,7 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from tests.support import asgi
 from tfbatch.tfs.streaming import streamed
 
 
@@ -25,31 +26,7 @@ def app_streaming(chunks, responses: list | None = None):
 
 
 async def call(app, *, leave_after_first: bool) -> list[dict]:
-    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-             "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"", "root_path": "",
-             "headers": [], "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 2), "scheme": "http"}
-    sent: list[dict] = []
-    first_chunk = anyio.Event()
-    requested = False
-
-    async def receive():
-        nonlocal requested
-        if not requested:
-            requested = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        if leave_after_first:
-            await first_chunk.wait()
-            return {"type": "http.disconnect"}
-        await anyio.sleep_forever()
-
-    async def send(message):
-        sent.append(message)
-        if message["type"] == "http.response.body" and message.get("body"):
-            first_chunk.set()
-            await anyio.sleep(0)
-
-    await app(scope, receive, send)
-    return sent
+    return await asgi.call(app, "GET", "/", leave_after_first=leave_after_first)
 
 
 def chunks(closed: threading.Event, produced: list[int]):
