@@ -3,9 +3,10 @@
 orjson writes floats in C but holds the GIL throughout: 27 MB of float32 text (a 10.5 MB
 output) takes one core 80-130 ms, longer than the gRPC answer's whole call, and threads
 cannot share that work. Processes can. The pieces of the answer's large arrays
-(:mod:`tfbatch.tfs.jsonpieces`) take turns: this process writes the first, each borrowed
-helper the next, and so on round the table. Each helper gets the values of all its pieces at the start (one ``sendmsg``) and
-writes them all without waiting, sending each text as far as the socket takes it at once;
+(:mod:`tfbatch.tfs.jsonpieces`) are dealt out in the order they are sent, each to the writer
+(this process or a borrowed helper) with the fewest values so far. Each helper gets the
+values of all its pieces at the start (one ``sendmsg``) and writes them all without
+waiting, sending each text as far as the socket takes it at once;
 the stream reads the texts back in order when it reaches them. So every writer works near
 the part of the answer that is sent next, and a helper holds at most its own share of the
 answer's text. The bytes are those of one ``orjson.dumps``.

@@ -73,7 +73,8 @@ class Plan:
                 items.append(part)
                 continue
             flat = part.reshape(-1)
-            items.extend(p.head if p.shape is None else (flat, p) for p in jsonpieces.pieces(part.shape, self.chunk_values))
+            for piece in jsonpieces.pieces(part.shape, self.chunk_values):
+                items.append(piece.head if piece.shape is None else (flat, piece))
         return items
 
 
