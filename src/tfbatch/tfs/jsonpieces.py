@@ -67,12 +67,34 @@ def pieces(shape: Sequence[int], chunk_values: int, start: int = 0) -> Iterator[
                     b"]" if first + step >= rows else b"")
 
 
-def encode(flat: np.ndarray, piece: Piece, offset: int = 0) -> bytes:
-    """The bytes of ``piece``, its values read from ``flat`` (whose element 0 is flat offset ``offset``)."""
+# A later slice is written with its preceding row when that row adds at most 1/16 to the work.
+_EXTEND_RATIO = 16
+
+
+def encode(flat: np.ndarray, piece: Piece, offset: int = 0) -> bytes | memoryview:
+    """The bytes of ``piece``, its values read from ``flat`` (whose element 0 is flat offset
+    ``offset``): a view into orjson's own output where the piece's brackets and comma can come
+    from it, so that the text is not copied once more to add them."""
     if piece.shape is None:
         return piece.head
     begin = piece.start - offset
-    text = orjson.dumps(flat[begin:begin + piece.size].reshape(piece.shape), option=OPTIONS)
+    size = piece.size
+    if piece.inner:
+        row_size = size // piece.shape[0]
+        if piece.head == b"[" and not piece.tail:
+            # The first slice: orjson's "[" is the array's own; drop its closing bracket.
+            return memoryview(orjson.dumps(flat[begin:begin + size].reshape(piece.shape), option=OPTIONS))[:-1]
+        if piece.head == b"," and begin >= row_size and row_size * _EXTEND_RATIO <= size:
+            # A later slice: write it with the row before it, "[r0,r1,...,rn]", and keep
+            # ",r1,...,rn" (and the closing bracket when this slice ends the array). Inside a
+            # row of depth d no comma follows d closing brackets, so the first such comma is r0's end.
+            shape = (piece.shape[0] + 1, *piece.shape[1:])
+            text = orjson.dumps(flat[begin - row_size:begin + size].reshape(shape), option=OPTIONS)
+            depth = len(shape) - 1
+            cut = text.index(b"]" * depth + b",") + depth
+            view = memoryview(text)[cut:]
+            return view if piece.tail == b"]" else view[:-1]
+    text = orjson.dumps(flat[begin:begin + size].reshape(piece.shape), option=OPTIONS)
     if not piece.inner:
         return piece.head + text + piece.tail if piece.head or piece.tail else text
     return b"".join((piece.head, memoryview(text)[1:-1], piece.tail))
