@@ -75,3 +75,13 @@ def test_connection_limits_reach_the_settings():
                    "--log-format", "json"])
     assert (s.max_connections, s.header_timeout_s, s.body_timeout_s, s.keep_alive_s) == (50, 2.5, 4, 9)
     assert s.grpc_max_concurrent_rpcs == 7 and s.max_request_bytes == 3 * 1024 * 1024 and s.log_format == "json"
+
+
+def test_json_helpers_from_the_flag_or_the_environment():
+    assert _settings([]).json_helpers is None  # the server picks: the cores a worker has beyond its own
+    assert _settings([], {"TFBATCH_JSON_HELPERS": "2"}).json_helpers == 2
+    assert _settings(["--json-helpers", "0"], {"TFBATCH_JSON_HELPERS": "2"}).json_helpers == 0  # the flag wins
+    with pytest.raises(ConfigError, match="TFBATCH_JSON_HELPERS"):
+        _settings([], {"TFBATCH_JSON_HELPERS": "-1"})
+    with pytest.raises(ConfigError, match="json_helpers"):
+        _settings(["--json-helpers", "-1"])
