@@ -317,8 +317,9 @@ class JsonHelpers:
                 yield jsonpieces.encode(*item)
         finally:
             # Also when the stream was abandoned: then the helper still owes texts, which its next
-            # borrower discards. Nothing here blocks or starts a thread: this may run wherever
-            # the generator is collected, the event loop or interpreter shutdown included.
+            # borrower discards. Nothing here waits for a helper's work or starts a thread: this
+            # may run wherever the generator is closed, interpreter shutdown included (a closed
+            # pool's helper is reaped here, after its socket closes: it exits on end-of-file).
             for helper in lane_of.values():
                 if helper is not None and helper.alive:
                     self._give_back(helper)
