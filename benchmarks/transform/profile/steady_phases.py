@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from benchmarks.transform.profile.pyspy_raw import phase_of, samples, split_process
 
 WAIT = ("Condition.wait", "Event.wait", "_Slot._take", "Runner.run", "_serve (grpc", "select (", "poll (",
-        "_recv (multiprocessing/connection.py", "recv_into (", "_recv_into (tfbatch/handlers/wire.py",
+        "_recv (multiprocessing/connection.py", "recv_into (", "recv_into (tfbatch/sockio.py",
         "_ConnectionBase.recv (", "wire.py:recv")
 PHASES = [
     ("user hooks (input_handler: b64 encode + json.dumps; output_handler)", ("inference.py",)),
@@ -27,7 +27,7 @@ PHASES = [
                                                         "decode_predict", "Worker._decode")),
     ("response: TFS JSON + requests.Response", ("encode_predict", "make_response", "jsonenc.py")),
     ("model call (TF, Python side)", ("tensorflow/", "Servable.run", "_joint")),
-    ("hops: pickle + socket (wire / Connection)", ("wire.py", "connection.py", "reduction.py", "pickle")),
+    ("hops: pickle + socket (wire / Connection)", ("wire.py", "sockio.py", "connection.py", "reduction.py", "pickle")),
     ("file read", ("open_read", "ScriptLane._read")),
     ("output write", ("atomic_write", "ScriptLane._write")),
     ("ledger / journal", ("ledger.py", "journal.py")),

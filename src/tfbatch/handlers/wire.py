@@ -26,9 +26,10 @@ import struct
 
 import numpy as np
 
+from tfbatch import sockio
+
 _HEAD = struct.Struct("!II")
 OUT_OF_BAND_MIN = 4096  # smaller strings cost less in the pickle than as a buffer of their own
-_IOV_MAX = 512  # buffers per sendmsg call, under every platform's IOV_MAX
 
 
 def _strings(shape: tuple, parts: list, wrapped: list[int]) -> np.ndarray:
@@ -60,32 +61,11 @@ def send(sock: socket.socket, obj) -> None:
     _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
     raws = [b.raw() for b in buffers]
     head = _HEAD.pack(stream.tell(), len(raws)) + struct.pack(f"!{len(raws)}Q", *(r.nbytes for r in raws))
-    _send_all(sock, [memoryview(head), stream.getbuffer(), *raws])
-
-
-def _send_all(sock: socket.socket, views: list[memoryview]) -> None:
-    first = 0
-    while first < len(views):
-        sent = sock.sendmsg(views[first:first + _IOV_MAX])
-        while sent:
-            size = views[first].nbytes
-            if sent >= size:
-                sent -= size
-                first += 1
-            else:
-                views[first] = views[first][sent:]
-                sent = 0
-        while first < len(views) and not views[first].nbytes:
-            first += 1
+    sockio.send_all(sock, [head, stream.getbuffer(), *raws])
 
 
 def _recv_into(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < view.nbytes:
-        n = sock.recv_into(view[got:])
-        if not n:
-            raise EOFError("handler pool peer closed the connection")
-        got += n
+    sockio.recv_into(sock, view, "handler pool peer closed the connection")
 
 
 def recv(sock: socket.socket):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import itertools
 import signal
 import socket
 import struct
@@ -44,6 +43,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import orjson
 
+from tfbatch import sockio
 from tfbatch.tfs import jsonpieces
 from tfbatch.tfs.jsonpieces import Piece
 
@@ -53,7 +53,6 @@ _REQUEST = struct.Struct("!IQ")
 _LENGTH = struct.Struct("!Q")
 ERROR = (1 << 64) - 1
 READY = b"R"
-_IOV_MAX = 512
 _ALIGN = 16
 # A helper's share below this is not worth a hop (~1.3 MB of float32 text, a few ms of orjson).
 MIN_SHARE_VALUES = 1 << 17
@@ -82,19 +81,6 @@ def _recv_exact(sock: socket.socket, size: int) -> bytes:
     return b"".join(parts)
 
 
-def _send_all(sock: socket.socket, buffers: list) -> None:
-    views = [memoryview(b).cast("B") for b in buffers if len(b)]
-    while views:
-        sent = sock.sendmsg(views[:_IOV_MAX])
-        while sent:
-            if sent >= views[0].nbytes:
-                sent -= views[0].nbytes
-                views.pop(0)
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
-
-
 class _Helper:
     """One helper process and this side of its socket."""
 
@@ -120,7 +106,7 @@ class _Helper:
             offset += run.nbytes
         meta = orjson.dumps(meta_pieces)
         self.owed = len(group)
-        _send_all(self.sock, [_REQUEST.pack(len(meta), offset), meta, *buffers])
+        sockio.send_all(self.sock, [_REQUEST.pack(len(meta), offset), meta, *buffers])
 
     def next_text(self) -> bytes:
         size = _LENGTH.unpack(_recv_exact(self.sock, _LENGTH.size))[0]
@@ -371,24 +357,11 @@ class _Outbox:
         self.views: deque[memoryview] = deque()
 
     def put(self, *buffers: bytes) -> None:
-        self.views.extend(memoryview(b) for b in buffers if len(b))
-        self.flush(wait=False)
+        self.views.extend(sockio.views_of(buffers))
+        sockio.send_views(self.sock, self.views, wait=False)
 
-    def flush(self, wait: bool = True) -> None:
-        flags = 0 if wait else socket.MSG_DONTWAIT
-        while self.views:
-            try:
-                sent = self.sock.sendmsg(list(itertools.islice(self.views, _IOV_MAX)), [], flags)
-            except BlockingIOError:
-                return
-            while sent:
-                head = self.views[0]
-                if sent >= head.nbytes:
-                    sent -= head.nbytes
-                    self.views.popleft()
-                else:
-                    self.views[0] = head[sent:]
-                    sent = 0
+    def flush(self) -> None:
+        sockio.send_views(self.sock, self.views)
 
 
 def _serve(sock: socket.socket) -> None:
@@ -399,7 +372,7 @@ def _serve(sock: socket.socket) -> None:
             meta_size, data_size = _REQUEST.unpack(_recv_exact(sock, _REQUEST.size))
             meta = orjson.loads(_recv_exact(sock, meta_size))
             data = bytearray(data_size)
-            _recv_into(sock, memoryview(data))
+            sockio.recv_into(sock, memoryview(data))
         except EOFError:
             return  # the server closed its end or died
         try:
@@ -412,15 +385,6 @@ def _serve(sock: socket.socket) -> None:
             message = f"{type(exc).__name__}: {exc}".encode()
             outbox.put(_LENGTH.pack(ERROR), _LENGTH.pack(len(message)), message)
         outbox.flush()
-
-
-def _recv_into(sock: socket.socket, view: memoryview) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if not n:
-            raise EOFError("peer closed mid-message")
-        got += n
 
 
 def main(argv: list[str] | None = None) -> int:
