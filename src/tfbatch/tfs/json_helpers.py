@@ -88,7 +88,6 @@ class _Helper:
         self.proc = proc
         self.sock = sock
         self.owed = 0  # texts of the current job not yet read
-        self.alive = True
 
     def submit(self, group: Sequence[tuple[np.ndarray, Piece]]) -> None:
         """Send the values of ``group`` (pieces with values, in order) and what to write of them."""
@@ -119,7 +118,6 @@ class _Helper:
         return text
 
     def close(self) -> None:
-        self.alive = False
         try:
             self.sock.close()  # EOF: the helper exits
         finally:
@@ -307,7 +305,7 @@ class JsonHelpers:
             # may run wherever the generator is closed, interpreter shutdown included (a closed
             # pool's helper is reaped here, after its socket closes: it exits on end-of-file).
             for helper in lane_of.values():
-                if helper is not None and helper.alive:
+                if helper is not None:  # a dropped helper's lane is None
                     self._give_back(helper)
 
 

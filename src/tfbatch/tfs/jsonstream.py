@@ -92,10 +92,10 @@ def plan(value: Any, chunk_values: int = CHUNK_VALUES, helpers: Any = None) -> P
     return out
 
 
-def encode(value: Any, helpers: Any = None) -> bytes | Plan:
+def encode(value: Any) -> bytes | Plan:
     """``jsonenc.dumps(value)``, or the plan of its chunks when it holds an array worth streaming
-    (written with ``helpers``' processes when they are given)."""
-    chunks = plan(value, helpers=helpers)
+    (``tfs.streaming.streamed`` gives a plan the endpoint's JSON helpers when it sends it)."""
+    chunks = plan(value)
     return jsonenc.dumps(value) if chunks is None else chunks
 
 
