@@ -20,6 +20,19 @@ from typing import Any
 import psutil
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live descendants, read now."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class TreeMonitor:
     """Polls a process tree: peak summed RSS, and CPU seconds over time.
 

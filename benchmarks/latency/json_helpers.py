@@ -11,11 +11,13 @@ this process's plus the helpers' CPU per answer.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
-import psutil
+
+from benchmarks.common.measure import tree_cpu_seconds
 
 from tfbatch.runtime import jsonenc
 from tfbatch.tfs import jsonstream
@@ -25,14 +27,6 @@ from tfbatch.tfs.json_helpers import JsonHelpers
 def detection_answer(values: int) -> dict:
     ramp = np.arange(values, dtype=np.float32) / np.float32(values)
     return {"predictions": (np.float32(0.0004) + ramp)[None, :]}
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        times = psutil.Process(pid).cpu_times()
-        total += times.user + times.system
-    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,10 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         samples: dict[int, list[tuple[float, float]]] = {n: [] for n in pools}
         for round_ in range(args.rounds + 1):
             for n, pool in pools.items():
-                pids = [psutil.Process().pid, *(pool.pids() if pool else [])]
-                cpu0, t0 = cpu_seconds(pids), time.perf_counter()
+                # This process and its children: the helpers (an idle pool's add nothing).
+                cpu0, t0 = tree_cpu_seconds(os.getpid()), time.perf_counter()
                 text = b"".join(jsonstream.plan(value, helpers=pool))
-                wall, cpu = time.perf_counter() - t0, cpu_seconds(pids) - cpu0
+                wall, cpu = time.perf_counter() - t0, tree_cpu_seconds(os.getpid()) - cpu0
                 assert text == want
                 if round_:  # the first round warms every path
                     samples[n].append((wall, cpu))

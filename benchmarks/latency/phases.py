@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common.measure import tree_cpu_seconds
 from benchmarks.latency import bench
 from benchmarks.latency.profile_rest import summarise
 
@@ -80,37 +81,21 @@ def grpc_call(port: int, jpeg: bytes):
     return call
 
 
-def tree_cpu(proc) -> float:
-    """CPU seconds of a process and its live children (the server's JSON helpers)."""
-    import psutil
-
-    total = 0.0
-    for p in [proc, *proc.children(recursive=True)]:
-        try:
-            times = p.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def interleaved(calls: dict, n: int, server_pids: dict[str, int] | None = None) -> dict[str, dict]:
     """Median of every phase, the paths called in turn so that load drift hits them alike.
 
     With ``server_pids`` (per call label), each call also gets its CPU: ``client_cpu`` (this
     process, all threads, the parse included) and ``server_cpu`` (the server and its children)."""
-    import psutil
-
-    servers = {label: psutil.Process(pid) for label, pid in (server_pids or {}).items()}
+    servers = server_pids or {}
     samples: dict[str, list[dict]] = {label: [] for label in calls}
     for i in range(n + 2):
         for label, call in calls.items():
             server = servers.get(label)
             client0 = time.process_time()
-            server0 = tree_cpu(server) if server else 0.0
+            server0 = tree_cpu_seconds(server) if server else 0.0
             phases = call()
             phases["client_cpu"] = time.process_time() - client0
-            phases["server_cpu"] = (tree_cpu(server) - server0) if server else 0.0
+            phases["server_cpu"] = (tree_cpu_seconds(server) - server0) if server else 0.0
             if i >= 2:  # the first two rounds warm connections and the server
                 samples[label].append(phases)
     out = {}
