@@ -68,11 +68,6 @@ def _write_ready(path: str | None, info: dict[str, Any]) -> None:
 
 
 def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | None = None) -> int:
-    from tfbatch.handlers.stack import build_stack
-    from tfbatch.serve.app import build_app
-    from tfbatch.serve.auth import BearerAuthInterceptor
-    from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthService
-    from tfbatch.tfs.grpc_service import start_grpc_server
     from tfbatch.tfs.json_helpers import JsonHelpers, auto_size
 
     # Started first, so that they come up while the model loads; a helper that cannot start
@@ -81,19 +76,28 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
     json_helpers = JsonHelpers(size) if size else None
     if json_helpers is not None:
         json_helpers.start()
+    try:
+        return _serve(model_uri, settings, ready_file, json_helpers)
+    finally:
+        if json_helpers is not None:
+            json_helpers.close()
+
+
+def _serve(model_uri: str, settings: ServeSettings, ready_file: str | None, json_helpers: Any) -> int:
+    from tfbatch.handlers.stack import build_stack
+    from tfbatch.serve.app import build_app
+    from tfbatch.serve.auth import BearerAuthInterceptor
+    from tfbatch.serve.grpc_health import NOT_SERVING, SERVING, HealthService
+    from tfbatch.tfs.grpc_service import start_grpc_server
+
     # The JSON routes charge a request's tensors against the same budget as gRPC does.
     runtime = settings.runtime_settings().model_copy(update={"max_request_bytes": settings.max_request_bytes})
     # Handler scripts reach the models through the stack's own loopback endpoints (never
     # blocked behind the /invocations calls that made them), not the public ports.
-    try:
-        stack = build_stack(
-            model_uri, runtime, install_requirements=settings.install_requirements,
-            grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
-        )
-    except BaseException:
-        if json_helpers is not None:
-            json_helpers.close()
-        raise
+    stack = build_stack(
+        model_uri, runtime, install_requirements=settings.install_requirements,
+        grpc_max_message_bytes=settings.grpc_max_message_bytes, loopback_token=settings.auth_token,
+    )
     model_server, service = stack.model_server, stack.service  # warmed up by build_stack, before anything listens
 
     grpc_server, grpc_port = None, None
@@ -116,8 +120,6 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
             )
         except BaseException:
             stack.close()
-            if json_helpers is not None:
-                json_helpers.close()
             raise
     sock = bind_socket(settings.host, settings.port, reuse_port=settings.reuse_port)
     port = sock.getsockname()[1]
@@ -156,8 +158,6 @@ def run_worker(model_uri: str, settings: ServeSettings, *, ready_file: str | Non
         health.set(NOT_SERVING)
         if grpc_server is not None:
             grpc_server.stop(settings.graceful_timeout_s).wait(settings.graceful_timeout_s + 1)
-        if json_helpers is not None:
-            json_helpers.close()
         stack.close()
         sock.close()
     return 0
