@@ -114,8 +114,9 @@ class ImageDecoder:
     """Decodes batches of encoded images for one :class:`ImageTarget`; thread-safe, reusable.
 
     ``workers`` shards run at once (default: the CPUs this process may use); the calling
-    thread runs one shard itself. Peak memory is one full-size decoded image per shard:
-    each shard decodes its images one after another.
+    thread runs one shard itself. Each shard decodes its images one after another, so
+    peak memory is about two 8-bit copies of one full-size image per shard (the decode,
+    and its transpose while shrinking), never a float copy of it.
     """
 
     def __init__(self, target: ImageTarget, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
@@ -324,7 +325,12 @@ def _resample(tf, image, size):
         return levels(tf.image.resize(x, to, method="bilinear", antialias=True))
 
     def two_passes():
-        return resize(resize(image, [tf.shape(image)[0], size[1]]), size)
+        # The resize kernel goes through a float buffer of [new height, old width]: resizing
+        # the width alone would hold a float copy of the whole image (4x its decoded bytes).
+        # On the transposed image the width pass is its height pass, and that buffer is small.
+        across = tf.transpose(image, [1, 0, 2])
+        narrow = resize(across, [size[1], tf.shape(image)[0]])
+        return resize(tf.transpose(narrow, [1, 0, 2]), size)
 
     shrinks = tf.reduce_all(tf.shape(image)[:2] >= size)
     return tf.cond(shrinks, two_passes, lambda: resize(image, size))
