@@ -77,8 +77,8 @@ def test_resized_images_are_within_one_level_of_pil(bodies, kind, channels, size
             continue
         diff = np.abs(ours - pils)
         assert diff.max() <= 1, f"{kind} #{row}: {diff.max()} levels from PIL"
-        # Shrinking runs PIL's two rounded passes: all but a handful of pixels are PIL's own.
-        assert (diff > 0).mean() < (0.01 if shrinks else 0.3), f"{kind} #{row}: {(diff > 0).mean():.2%} differ"
+        # PIL rounds between its two passes, we do not: some pixels land one level away.
+        assert (diff > 0).mean() < (0.2 if shrinks else 0.3), f"{kind} #{row}: {(diff > 0).mean():.2%} differ"
 
 
 def _as_levels(array: np.ndarray, target: ImageTarget) -> np.ndarray:
