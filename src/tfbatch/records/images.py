@@ -2,11 +2,12 @@
 
 A 481 KB PNG can declare 13000 x 13000 pixels and cost 2.3 GB to decode, and a model
 that decodes in its graph would do so without anyone noticing. Every place that hands an
-image to a decoder (PIL in the no-script path, TensorFlow for a string input) first asks
-:func:`check_image`, which reads only the header and refuses what is over the pixel budget.
+image to a decoder (``imagedecode`` in the no-script path, the model's graph for a string
+input) first asks :func:`check_image`, which reads only the header and refuses what is over
+the pixel budget.
 
 JPEG and PNG are what the no-script image path accepts: these two are read by both the
-host decoder (PIL) and every TensorFlow version's ``tf.io.decode_image``, so an image works
+host decoder and every TensorFlow version's ``tf.io.decode_image``, so an image works
 whichever side decodes it. GIF, BMP and WebP headers are still read so that the budget also
 holds for such bytes inside a JSON request to a string input.
 """
