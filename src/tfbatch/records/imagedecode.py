@@ -192,10 +192,13 @@ class ImageDecoder:
         from tfbatch.runtime.tf_import import import_tensorflow
 
         tf = import_tensorflow()
-        fn = self._function()
+        many, single = self._functions()
         try:
-            images = fn(tf.constant([bodies[i] for i, _ in items], dtype=tf.string),
-                        tf.constant([png for _, png in items], dtype=tf.bool))
+            if len(items) == 1:
+                images = single(tf.constant(bodies[items[0][0]], dtype=tf.string), tf.constant(items[0][1]))
+            else:
+                images = many(tf.constant([bodies[i] for i, _ in items], dtype=tf.string),
+                              tf.constant([png for _, png in items], dtype=tf.bool))
             return [i for i, _ in items], images.numpy(), {}
         except tf.errors.InvalidArgumentError as exc:
             if len(items) == 1:
@@ -244,7 +247,7 @@ class ImageDecoder:
                 self._pool = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="imagedecode")
             return self._pool
 
-    def _function(self):
+    def _functions(self):
         with self._lock:
             if self._fn is None:
                 self._fn = _build(self.target)
@@ -261,7 +264,8 @@ def _undecodable(source: str, kind: str, exc: BaseException) -> InvalidInput:
 
 
 def _build(target: ImageTarget):
-    """The traced TensorFlow function: (bodies [n] string, is_png [n] bool) -> [n, H, W, C]."""
+    """The traced TensorFlow functions, (bodies [n] string, is_png [n] bool) -> uint8 [n, H, W, C],
+    and the same for one image (scalars) -> [1, H, W, C]."""
     from tfbatch.runtime.tf_import import import_tensorflow
 
     tf = import_tensorflow()
@@ -303,11 +307,15 @@ def _build(target: ImageTarget):
     def decode_batch(data, is_png):  # -> uint8 levels
         # One image at a time per call: the shards, not the loop, give the parallelism, and
         # peak memory stays one full-size image per shard.
-        images = tf.map_fn(lambda a: decode(a[0], a[1]), (data, is_png), fn_output_signature=spec,
-                           parallel_iterations=1)
-        return images
+        return tf.map_fn(lambda a: decode(a[0], a[1]), (data, is_png), fn_output_signature=spec,
+                         parallel_iterations=1)
 
-    return decode_batch
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.bool)])
+    def decode_single(data, is_png):
+        # A request of one image (the endpoint) skips the loop: ~1.25 vs ~1.8 ms of CPU per image.
+        return decode(data, is_png)[tf.newaxis]
+
+    return decode_batch, decode_single
 
 
 def _resample(tf, image, size):
