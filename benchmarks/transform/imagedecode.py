@@ -127,7 +127,7 @@ def run(args) -> dict:
     results = {}
     for name in fns:
         rates = [x["img_per_s"] for x in rounds[name]]
-        diff = np.abs(outputs[name].astype(np.float64) - reference) * 255
+        diff = np.abs(np.round(outputs[name].astype(np.float64) * 255) - np.round(reference * 255.0))
         results[name] = {
             "img_per_s_median": statistics.median(rates),
             "img_per_s_rounds": rates,
