@@ -127,6 +127,7 @@ class ImageDecoder:
         self.workers = max(1, workers or len(os.sched_getaffinity(0)))
         self._fn = None
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = os.getpid()
         self._lock = threading.Lock()
 
     def decode(self, bodies: Sequence[bytes], sources: Sequence[str] | None = None) -> DecodedImages:
@@ -243,8 +244,11 @@ class ImageDecoder:
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
-            if self._pool is None:
+            # A forked child inherits the pool object but not its threads: work submitted
+            # there would never run, so a child builds its own.
+            if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="imagedecode")
+                self._pool_pid = os.getpid()
             return self._pool
 
     def _functions(self):
