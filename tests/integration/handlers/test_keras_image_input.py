@@ -114,3 +114,21 @@ def test_batch_job_writes_each_image_and_one_error_line_per_bad_one(tmp_path, ke
     assert errors["anim.gif"]["status"] == errors["cut.jpg"]["status"] == 400
     assert "GIF images are not accepted; expected JPEG or PNG" in errors["anim.gif"]["error"]
     assert "JPEG data could not be decoded past its header" in errors["cut.jpg"]["error"]
+
+
+def test_http_app_posts_a_jpeg_and_gets_the_same_answer(server, photos, expected):
+    import anyio
+    import httpx
+
+    from tfbatch.serve.app import build_app
+
+    app = build_app(InferenceService(server))
+
+    async def post(body: bytes) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            return await client.post("/invocations", content=body, headers={"content-type": "application/x-image"})
+
+    response = anyio.run(post, photos["p11.jpg"])
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(response.json()["predictions"][0], expected["p11.jpg"], atol=2e-3)
+    assert anyio.run(post, b"GIF89a\x01\x00\x01\x00").status_code == 400
