@@ -21,11 +21,11 @@ from tfbatch.testing.models import make_keras_image_model
 
 
 def _photos() -> dict[str, bytes]:
-    from sklearn.datasets import load_sample_images
+    from skimage import data
 
     out = {}
-    for n, photo in enumerate(load_sample_images().images):
-        for k, (top, left) in enumerate(((0, 0), (100, 200), (180, 300))):
+    for n, photo in enumerate((data.coffee(), data.astronaut())):  # real photographs
+        for k, (top, left) in enumerate(((0, 0), (100, 150), (160, 180))):
             buf = io.BytesIO()
             crop = photo[top:top + 240, left:left + 320]
             if k == 2:

@@ -21,10 +21,10 @@ MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
 def _photos() -> list[np.ndarray]:
-    from sklearn.datasets import load_sample_images
+    from skimage import data
 
-    china, flower = load_sample_images().images  # real 427 x 640 photographs
-    return [china, flower[40:340, 100:500], china[::3, ::3]]
+    coffee, astronaut = data.coffee(), data.astronaut()  # real photographs, 400 x 600 and 512 x 512
+    return [coffee, astronaut[40:340, 100:500], coffee[::3, ::3]]
 
 
 def _encode(array: np.ndarray, fmt: str, **options) -> bytes:
@@ -55,9 +55,9 @@ def bodies() -> dict[str, list[bytes]]:
 
 @pytest.mark.parametrize("kind", ["JPEG", "PNG", "grey JPEG"])
 @pytest.mark.parametrize("channels", [1, 3, 4])
-@pytest.mark.parametrize("size, dtype", [((64, 64), "float32"), ((224, 160), "uint8"), ((700, 500), "float32")])
+@pytest.mark.parametrize("size, dtype", [((64, 64), "float32"), ((224, 160), "uint8"), ((800, 700), "float32")])
 def test_resized_images_are_within_one_level_of_pil(bodies, kind, channels, size, dtype):
-    # 64 x 64 shrinks every photo, 700 x 500 enlarges every one, 224 x 160 both (the
+    # 64 x 64 shrinks every photo, 800 x 700 enlarges every one, 224 x 160 both (the
     # small photo grows in height); the aspect ratio changes too.
     target = ImageTarget(*size, channels, dtype)
     result = ImageDecoder(target, workers=2).decode(bodies[kind])
@@ -88,7 +88,7 @@ def _as_levels(array: np.ndarray, target: ImageTarget) -> np.ndarray:
 @pytest.mark.parametrize("channels", [1, 3, 4])
 def test_images_already_at_the_size_are_pils_pixels_exactly(bodies, channels):
     jpeg = bodies["JPEG"][0]
-    target = ImageTarget(427, 640, channels, "float32")
+    target = ImageTarget(400, 600, channels, "float32")
     array = ImageDecoder(target).decode_one(jpeg)
     np.testing.assert_array_equal(array[0], pil_reference(jpeg, target))
 
@@ -97,7 +97,7 @@ def test_free_size_keeps_each_image_and_a_batch_holds_one_size(bodies):
     target = ImageTarget(None, None, 3, "uint8")
     jpeg = bodies["JPEG"]
     result = ImageDecoder(target).decode([jpeg[0], jpeg[1], jpeg[0]], ["a.jpg", "b.jpg", "c.jpg"])
-    assert result.rows == [0, 2] and result.array.shape == (2, 427, 640, 3)
+    assert result.rows == [0, 2] and result.array.shape == (2, 400, 600, 3)
     np.testing.assert_array_equal(result.array[1], pil_reference(jpeg[0], target))
     assert "b.jpg: image is 400 x 300 pixels; the input fixes no size" in str(result.errors[1])
 
