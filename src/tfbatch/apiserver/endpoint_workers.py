@@ -12,7 +12,8 @@ DeleteEndpoint answer at once, as on AWS, and the status moves on its own:
 
 After a ``kill -9`` of the API server its serve processes outlive it (own sessions); the pids
 are in the documents, so :meth:`EndpointWorkers.recover` kills those orphans and starts every
-endpoint that was InService, Creating or Updating again from its stored config.
+endpoint that was InService, Creating or Updating again from its stored config; an InService
+one shows SystemUpdating (AWS's maintenance status) until its processes are ready again.
 """
 
 from __future__ import annotations
@@ -229,6 +230,10 @@ class EndpointWorkers:
             if status == "Deleting":
                 self.state.delete(ENDPOINT, name)
             elif status in ("InService", "Creating", "SystemUpdating"):
+                if status == "InService":
+                    # AWS's status for maintenance that changes nothing the user set: the
+                    # endpoint_in_service waiter keeps polling through it until InService again.
+                    self.state.update(ENDPOINT, name, EndpointStatus="SystemUpdating", LastModifiedTime=time.time())
                 self._background(name, lambda n=name: self._deploy(n, updating=False))
             elif status == "Updating":
                 self._background(name, lambda n=name: self._deploy(n, updating=True))
