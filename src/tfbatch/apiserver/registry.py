@@ -30,6 +30,8 @@ Handler = Callable[["Context", dict], dict]
 # The modules whose import registers operations and components, loaded by the app on start.
 MODULES: tuple[str, ...] = (
     "tfbatch.apiserver.models",
+    "tfbatch.apiserver.jobs",
+    "tfbatch.apiserver.logs",
     "tfbatch.apiserver.tags",
 )
 
