@@ -65,7 +65,9 @@ def _authenticate(request: Request, body: bytes) -> str:
 
 def _error(exc: ApiError, request_id: str, rest: bool = False) -> Response:
     headers = {"x-amzn-RequestId": request_id, "x-amzn-ErrorType": exc.code}
-    body = {"message": exc.message} if rest else exc.body()
+    # A REST error body may carry more than the message (InvokeEndpoint's ModelError: the model's
+    # status, answer and log stream); such an ApiError has them in ``fields``.
+    body = {"message": exc.message, **getattr(exc, "fields", {})} if rest else exc.body()
     return Response(json.dumps(body), exc.status, headers=headers,
                     media_type="application/json" if rest else "application/x-amz-json-1.1")
 

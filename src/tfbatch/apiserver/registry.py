@@ -33,6 +33,8 @@ MODULES: tuple[str, ...] = (
     "tfbatch.apiserver.jobs",
     "tfbatch.apiserver.logs",
     "tfbatch.apiserver.tags",
+    "tfbatch.apiserver.endpoints",
+    "tfbatch.apiserver.runtime",
 )
 
 _OPERATIONS: dict[tuple[str, str], Handler] = {}
