@@ -13,11 +13,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError, WaiterError
 
-from tests.integration.apiserver.api_process import ApiProcess
+from tests.integration.apiserver.conftest import ApiServer
 from tfbatch.testing import models
 
+# The server accepts the credentials it runs with; models here are file:// folders, so no S3.
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIDTFBATCHTEST", "AWS_SECRET_ACCESS_KEY": "tfbatch-test-secret"}
+SLOW_READS = Config(retries={"max_attempts": 1}, read_timeout=120)
 FAST = {"Delay": 1, "MaxAttempts": 300}  # waiters poll every second; 300 s is only a failure guard
 ROWS = [[1.0, 2.0, 3.0], [-1.0, 0.5, 4.0]]
 FAILING_SCRIPT = '''
@@ -47,7 +51,7 @@ def artifacts(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     root = tmp_path_factory.mktemp("api")
-    server = ApiProcess(root / "state", root / "api.log").start()
+    server = ApiServer(root / "state", CREDENTIALS).start()
     yield server
     server.stop()
 
@@ -59,7 +63,7 @@ def sm(api):
 
 @pytest.fixture(scope="module")
 def runtime(api):
-    return api.client("sagemaker-runtime", read_timeout=120)
+    return api.client("sagemaker-runtime", config=SLOW_READS)
 
 
 def _model(sm, name: str, path: Path) -> None:
@@ -206,7 +210,7 @@ def test_update_moves_to_the_new_model_without_failing_requests(sm, api, artifac
     failures: list[str] = []
 
     def load() -> None:
-        client = api.client("sagemaker-runtime", read_timeout=120)
+        client = api.client("sagemaker-runtime", config=SLOW_READS)
         while not stop.is_set():
             try:
                 got = _predict(client, "upd")
@@ -240,7 +244,7 @@ def test_update_moves_to_the_new_model_without_failing_requests(sm, api, artifac
 
 
 def test_four_endpoints_survive_kill_9_and_restart(tmp_path, artifacts):
-    server = ApiProcess(tmp_path / "state", tmp_path / "api.log").start()
+    server = ApiServer(tmp_path / "state", CREDENTIALS).start()
     try:
         sm = server.client("sagemaker")
         names = [f"four-{seed}" for seed in range(4)]
@@ -250,16 +254,16 @@ def test_four_endpoints_survive_kill_9_and_restart(tmp_path, artifacts):
             sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
         for name in names:
             sm.get_waiter("endpoint_in_service").wait(EndpointName=name, WaiterConfig=FAST)
-        runtime = server.client("sagemaker-runtime", read_timeout=120)
+        runtime = server.client("sagemaker-runtime", config=SLOW_READS)
         for seed, name in enumerate(names):
             np.testing.assert_allclose(_predict(runtime, name), _expected(seed), rtol=1e-5)
         old_pids = {p for p in _serve_pids(tmp_path / "state")}
         assert len(old_pids) == 4
 
-        server.kill9()
+        server.kill()
         server.start()
         sm = server.client("sagemaker")
-        runtime = server.client("sagemaker-runtime", read_timeout=120)
+        runtime = server.client("sagemaker-runtime", config=SLOW_READS)
         for name in names:
             sm.get_waiter("endpoint_in_service").wait(EndpointName=name, WaiterConfig=FAST)
         for seed, name in enumerate(names):
