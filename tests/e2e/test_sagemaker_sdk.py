@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -114,11 +115,12 @@ def test_seed_000_notebook_runs_unchanged(tmp_path, s3_server, notebook_dir):
         assert lines and all(line in output for line in lines)
 
         # deploy -> predict answered what the batch job wrote for the same image; delete removed it.
-        realtime = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("REALTIME "))[9:])
+        # (deploy() prints its "---!" progress without a newline, so the marker may follow it on a line)
+        realtime = json.loads(re.search(r"REALTIME (.*)$", run.stdout, re.M).group(1))
         assert realtime["predictions"][0]["classes"] == first["predictions"][0]["classes"]
         np.testing.assert_allclose(realtime["predictions"][0]["probabilities"],
                                    first["predictions"][0]["probabilities"], rtol=1e-5)
-        endpoint = next(line for line in run.stdout.splitlines() if line.startswith("ENDPOINT "))[9:]
+        endpoint = re.search(r"ENDPOINT (.*)$", run.stdout, re.M).group(1)
         sm.get_waiter("endpoint_deleted").wait(EndpointName=endpoint, WaiterConfig={"Delay": 1, "MaxAttempts": 120})
         assert sm.list_endpoint_configs()["EndpointConfigs"] == []
     finally:
