@@ -52,7 +52,7 @@ def test_s3_job_through_boto3_matches_tfbatch_transform(api_server, s3_server, s
     from tfbatch.artifact import package
 
     s3 = s3_server.client()
-    archive = package([str(api_linear_model)], output=str(tmp_path / "model.tar.gz"))
+    archive = package([str(api_linear_model)], tmp_path / "model.tar.gz")
     s3.upload_file(str(archive), s3_bucket, "models/model.tar.gz")
     local_in = tmp_path / "in"
     local_in.mkdir()
