@@ -92,6 +92,10 @@ class JobQueue:
         self._resume_interrupted()
         for t in self.threads:
             t.start()
+        if config.engine == "local" and config.preload:
+            # A local job runs its model in this process: import TensorFlow now, while the server
+            # idles, so the first CreateTransformJob does not pay seconds of import time.
+            threading.Thread(target=_preload, daemon=True, name="preload-tensorflow").start()
 
     # ---- what handlers call --------------------------------------------------------
 
@@ -225,6 +229,16 @@ class JobQueue:
         if reason:
             fields["FailureReason"] = reason[:MAX_REASON]
         self.state.update(KIND, name, **fields)
+
+
+def _preload() -> None:
+    try:
+        import tfbatch.api  # noqa: F401 - the job path, imported once
+        from tfbatch.runtime.tf_import import import_tensorflow
+
+        import_tensorflow()
+    except Exception:  # noqa: BLE001 - only a head start; the first job imports (and reports) it again
+        log.debug("preloading TensorFlow failed", exc_info=True)
 
 
 def _reason(report: Any) -> str:

@@ -59,8 +59,14 @@ def test_kill_9_mid_job_then_restart_finishes_with_identical_outputs(make_api_se
     assert sm.describe_model(ModelName="slow")["PrimaryContainer"]["ModelDataUrl"] == api_slow_model.as_uri()
     described = _wait(sm, "interrupted")
     assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
-    progress = json.loads((tmp_path / "state" / "state.sqlite3").exists() and "{}")
-    assert progress == {}
+    resumed = again.client("logs").filter_log_events(
+        logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix="interrupted/",
+        filterPattern='"resumed from its ledger"')["events"]
+    assert len(resumed) == 1
+    # One stream per instance, the resumed run writing on in the first run's stream.
+    streams = again.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TransformJobs",
+                                                        logStreamNamePrefix="interrupted/")["logStreams"]
+    assert len(streams) == 1
 
     sm.create_transform_job(**_job("reference", inp, reference_out))
     assert _wait(sm, "reference")["TransformJobStatus"] == "Completed"
