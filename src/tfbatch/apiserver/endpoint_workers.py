@@ -181,7 +181,9 @@ class EndpointWorkers:
         if old is not None and old.variants is variants:
             self._stop_route(old)
             return
-        self._record_processes(name, [p for v in variants for p in v.processes], pending=False)
+        # The old processes stay on record until they are stopped: a kill -9 during the drain
+        # must not leave them running unknown to the next server.
+        self._record_processes(name, Route(variants).processes() + (old.processes() if old else []), pending=False)
         self.state.update(
             ENDPOINT, name, EndpointStatus="InService", EndpointConfigName=config["EndpointConfigName"],
             FailureReason=None, _TargetConfig=None, LastModifiedTime=time.time(),
@@ -189,6 +191,7 @@ class EndpointWorkers:
         )
         if old is not None:
             self._stop_route(old)
+            self._record_processes(name, Route(variants).processes(), pending=False)
 
     def _stop_route(self, route: Route) -> None:
         for proc in route.processes():
@@ -206,13 +209,13 @@ class EndpointWorkers:
 
     # -- persistence of what runs -----------------------------------------------------------
     def _record_processes(self, name: str, procs: list[EndpointProcess], *, pending: bool) -> None:
+        """Pids the next server must stop after a kill -9: starting ones (pending) or routed ones."""
         entries = [{"pid": p.pid, "ready_file": str(p.ready_file)} for p in procs]
-        doc = self.state.get(ENDPOINT, name) or {}
-        key = "_PendingProcesses" if pending else "_Processes"
         if pending:
+            doc = self.state.get(ENDPOINT, name) or {}
             self.state.update(ENDPOINT, name, _PendingProcesses=doc.get("_PendingProcesses", []) + entries)
         else:
-            self.state.update(ENDPOINT, name, **{key: entries, "_PendingProcesses": None})
+            self.state.update(ENDPOINT, name, _Processes=entries, _PendingProcesses=None)
 
     def _log_sink(self, endpoint: str, stream: str) -> Callable[[str], None]:
         group = f"{LOG_GROUP}/{endpoint}"

@@ -55,11 +55,11 @@ def invoke_endpoint(ctx: Context, params: dict) -> dict:
     workers: EndpointWorkers = ctx.components[COMPONENT]
     try:
         proc, variant = workers.acquire(name, params.get("TargetVariant"))
-    except LookupError:
-        raise _not_available(ctx, name) from None
-    except KeyError:
+    except KeyError:  # before LookupError, its base class: the endpoint is there, the variant is not
         raise ApiError("ValidationError", f"Endpoint {name} has no production variant "
                        f"{params.get('TargetVariant')!r}.", 400) from None
+    except LookupError:
+        raise _not_available(ctx, name) from None
     headers = {"Content-Type": params.get("ContentType") or "application/json",
                "Accept": params.get("Accept") or "application/json"}
     if params.get("CustomAttributes") is not None:

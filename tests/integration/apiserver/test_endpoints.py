@@ -177,6 +177,7 @@ def test_bad_requests_get_aws_errors(sm, runtime, artifacts):
     sm.get_waiter("endpoint_in_service").wait(EndpointName="dup", WaiterConfig=FAST)
     no_variant = _error(lambda: runtime.invoke_endpoint(EndpointName="dup", TargetVariant="Nope", Body=b"{}"))
     assert no_variant["Error"]["Code"] == "ValidationError"
+    assert "has no production variant 'Nope'" in no_variant["Error"]["Message"]
     sm.delete_endpoint(EndpointName="dup")
     sm.delete_endpoint_config(EndpointConfigName="dup-c")
     assert _error(lambda: sm.describe_endpoint_config(EndpointConfigName="dup-c"))["Error"]["Code"] == \
