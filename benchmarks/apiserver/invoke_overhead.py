@@ -141,7 +141,8 @@ def run(n: int, warmup: int) -> dict:
             # behind it, and the bare serve process; a figure the machine's other load does not move.
             "cpu_per_request_ms": cpu,
             "cpu_overhead_per_request_ms": round(cpu["api"] + cpu["api_endpoint"] - cpu["serve"], 3),
-            "target_p50_ms": 2.0, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+            "target_p50_ms": 2.0,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         }
     finally:
         for proc in (api, serve):

@@ -111,7 +111,8 @@ def test_seed_000_notebook_runs_unchanged(tmp_path, s3_server, notebook_dir):
         streams = [s["logStreamName"] for s in logs.describe_log_streams(logGroupName=group)["logStreams"]
                    if s["logStreamName"].startswith(job["TransformJobName"] + "/")]
         assert streams
-        lines = [e["message"] for s in streams for e in logs.get_log_events(logGroupName=group, logStreamName=s)["events"]]
+        lines = [e["message"] for s in streams
+                 for e in logs.get_log_events(logGroupName=group, logStreamName=s)["events"]]
         assert lines and all(line in output for line in lines)
 
         # deploy -> predict answered what the batch job wrote for the same image; delete removed it.
