@@ -199,6 +199,8 @@ class JobQueue:
                           f"{spec.input or spec.manifest}, output {spec.output}, {spec.instance_count} instance(s), "
                           f"engine {self.config.engine}" + (" (resumed from its ledger)" if spec.resume and
                                                             getattr(run, "resumed", False) else ""))
+            for i in range(len(job_log.streams)):
+                job_log.write(f"instance {i + 1} of {len(job_log.streams)}: starting", i)
             report = run_transform(spec, engine=run.engine, progress=run.stats)
         except TfbatchError as exc:
             if self.closing:
@@ -210,6 +212,9 @@ class JobQueue:
             self._finish(run.name, "Failed", f"{kind}: {exc}")
             return
         run.stats.save()
+        for slot in run.stats.snapshot()["instances"]:
+            job_log.write(f"instance {slot['instance'] + 1}: {slot['objects']} objects ({slot['failed']} failed), "
+                          f"{slot['records']} records ({slot['failed_records']} failed)", slot["instance"])
         for line in report.summary().splitlines():
             job_log.write(line)
         current = self.state.get(KIND, run.name) or {}
