@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 from pathlib import Path
 
 from tfbatch.errors import ConfigError
@@ -62,7 +63,15 @@ def api_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tfbatch.apiserver").setLevel(logging.INFO)
     app = build_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    # uvicorn re-raises the signal that stopped it after its graceful shutdown (running jobs
+    # handed back to the state as InProgress, endpoints stopped); under the default handler
+    # that would end the process by the signal instead of with status 0.
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 
