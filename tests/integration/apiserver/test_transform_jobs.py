@@ -195,7 +195,8 @@ def test_tags_on_models(api_server, api_linear_model):
     arn = sm.create_model(ModelName="tagged", ExecutionRoleArn=ROLE, PrimaryContainer=_container(
         api_linear_model.as_uri()), Tags=[{"Key": "team", "Value": "vision"}])["ModelArn"]
     sm.add_tags(ResourceArn=arn, Tags=[{"Key": "stage", "Value": "test"}])
-    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}, {"Key": "team", "Value": "vision"}]
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"},
+                                                     {"Key": "team", "Value": "vision"}]
     sm.delete_tags(ResourceArn=arn, TagKeys=["team"])
     assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}]
     err = _error(lambda: sm.list_tags(ResourceArn=arn.replace("tagged", "missing")))
