@@ -174,8 +174,8 @@ class JobQueue:
         from tfbatch.errors import ConfigError, TfbatchError
 
         doc = self.state.get(KIND, run.name)
-        if doc is None or doc["TransformJobStatus"] != "InProgress":
-            return
+        if self.closing or doc is None or doc["TransformJobStatus"] != "InProgress":
+            return  # shutting down: a queued job stays InProgress and runs after the next start
         if run.stop.is_set():
             self._finish(run.name, "Stopped", None)
             return

@@ -275,3 +275,21 @@ def test_queue_runs_at_most_max_concurrent_jobs_and_loses_none(make_api_server, 
         assert sum(1 for s, e in spans if s <= start < e) <= 2
     statuses = sm.list_transform_jobs(StatusEquals="Completed", MaxResults=100)["TransformJobSummaries"]
     assert sorted(s["TransformJobName"] for s in statuses) == names
+
+
+def test_jobs_past_the_in_progress_cap_get_resource_limit_exceeded(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-jobs-in-progress", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("first", inp, tmp_path / "out1"))
+    err = _error(lambda: sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2")))
+    assert err["Code"] == "ResourceLimitExceeded" and "--max-jobs-in-progress 1" in err["Message"]
+    sm.stop_transform_job(TransformJobName="first")
+    assert _wait(sm, "first")["TransformJobStatus"] == "Stopped"
+    sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="second")
+    assert _wait(sm, "second")["TransformJobStatus"] == "Stopped"
+    err = _error(lambda: sm.describe_transform_job(TransformJobName="third"))
+    assert err["Code"] == "ValidationException"
