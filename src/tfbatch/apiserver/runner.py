@@ -174,10 +174,12 @@ class JobQueue:
         from tfbatch.errors import ConfigError, TfbatchError
 
         doc = self.state.get(KIND, run.name)
-        if self.closing or doc is None or doc["TransformJobStatus"] != "InProgress":
+        if self.closing or doc is None:
             return  # shutting down: a queued job stays InProgress and runs after the next start
-        if run.stop.is_set():
-            self._finish(run.name, "Stopped", None)
+        if doc["TransformJobStatus"] == "Stopping" or run.stop.is_set():
+            self._finish(run.name, "Stopped", None)  # stopped while it waited in the queue
+            return
+        if doc["TransformJobStatus"] != "InProgress":
             return
         started = time.time()
         self.state.update(KIND, run.name, TransformStartTime=doc.get("TransformStartTime", started),

@@ -293,3 +293,19 @@ def test_jobs_past_the_in_progress_cap_get_resource_limit_exceeded(make_api_serv
     assert _wait(sm, "second")["TransformJobStatus"] == "Stopped"
     err = _error(lambda: sm.describe_transform_job(TransformJobName="third"))
     assert err["Code"] == "ValidationException"
+
+
+def test_a_job_stopped_while_queued_ends_stopped_without_running(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("running", inp, tmp_path / "out1"))
+    sm.create_transform_job(**_slow_job("queued", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="queued")
+    sm.stop_transform_job(TransformJobName="running")
+    assert _wait(sm, "running")["TransformJobStatus"] == "Stopped"
+    queued = _wait(sm, "queued")
+    assert queued["TransformJobStatus"] == "Stopped" and "TransformStartTime" not in queued
+    assert not (tmp_path / "out2").exists()
