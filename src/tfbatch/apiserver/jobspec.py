@@ -18,7 +18,8 @@ from tfbatch.errors import ConfigError
 from tfbatch.storage.uri import normalize
 
 _SPEC_TO_REQUEST = {
-    "input": "TransformInput.DataSource.S3DataSource.S3Uri", "manifest": "TransformInput.DataSource.S3DataSource.S3Uri (ManifestFile)",
+    "input": "TransformInput.DataSource.S3DataSource.S3Uri",
+    "manifest": "TransformInput.DataSource.S3DataSource.S3Uri (ManifestFile)",
     "output": "TransformOutput.S3OutputPath", "env": "Environment", "content_type": "TransformInput.ContentType",
     "split_type": "TransformInput.SplitType", "compression": "TransformInput.CompressionType",
     "max_payload_mb": "MaxPayloadInMB", "instance_count": "TransformResources.InstanceCount",

@@ -174,10 +174,12 @@ class JobQueue:
         from tfbatch.errors import ConfigError, TfbatchError
 
         doc = self.state.get(KIND, run.name)
-        if doc is None or doc["TransformJobStatus"] != "InProgress":
+        if self.closing or doc is None:
+            return  # shutting down: a queued job stays InProgress and runs after the next start
+        if doc["TransformJobStatus"] == "Stopping" or run.stop.is_set():
+            self._finish(run.name, "Stopped", None)  # stopped while it waited in the queue
             return
-        if run.stop.is_set():
-            self._finish(run.name, "Stopped", None)
+        if doc["TransformJobStatus"] != "InProgress":
             return
         started = time.time()
         self.state.update(KIND, run.name, TransformStartTime=doc.get("TransformStartTime", started),
@@ -199,6 +201,8 @@ class JobQueue:
                           f"{spec.input or spec.manifest}, output {spec.output}, {spec.instance_count} instance(s), "
                           f"engine {self.config.engine}" + (" (resumed from its ledger)" if spec.resume and
                                                             getattr(run, "resumed", False) else ""))
+            for i in range(len(job_log.streams)):
+                job_log.write(f"instance {i + 1} of {len(job_log.streams)}: starting", i)
             report = run_transform(spec, engine=run.engine, progress=run.stats)
         except TfbatchError as exc:
             if self.closing:
@@ -210,6 +214,9 @@ class JobQueue:
             self._finish(run.name, "Failed", f"{kind}: {exc}")
             return
         run.stats.save()
+        for slot in run.stats.snapshot()["instances"]:
+            job_log.write(f"instance {slot['instance'] + 1}: {slot['objects']} objects ({slot['failed']} failed), "
+                          f"{slot['records']} records ({slot['failed_records']} failed)", slot["instance"])
         for line in report.summary().splitlines():
             job_log.write(line)
         current = self.state.get(KIND, run.name) or {}

@@ -195,7 +195,8 @@ def test_tags_on_models(api_server, api_linear_model):
     arn = sm.create_model(ModelName="tagged", ExecutionRoleArn=ROLE, PrimaryContainer=_container(
         api_linear_model.as_uri()), Tags=[{"Key": "team", "Value": "vision"}])["ModelArn"]
     sm.add_tags(ResourceArn=arn, Tags=[{"Key": "stage", "Value": "test"}])
-    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}, {"Key": "team", "Value": "vision"}]
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"},
+                                                     {"Key": "team", "Value": "vision"}]
     sm.delete_tags(ResourceArn=arn, TagKeys=["team"])
     assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}]
     err = _error(lambda: sm.list_tags(ResourceArn=arn.replace("tagged", "missing")))
@@ -274,3 +275,37 @@ def test_queue_runs_at_most_max_concurrent_jobs_and_loses_none(make_api_server, 
         assert sum(1 for s, e in spans if s <= start < e) <= 2
     statuses = sm.list_transform_jobs(StatusEquals="Completed", MaxResults=100)["TransformJobSummaries"]
     assert sorted(s["TransformJobName"] for s in statuses) == names
+
+
+def test_jobs_past_the_in_progress_cap_get_resource_limit_exceeded(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-jobs-in-progress", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("first", inp, tmp_path / "out1"))
+    err = _error(lambda: sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2")))
+    assert err["Code"] == "ResourceLimitExceeded" and "--max-jobs-in-progress 1" in err["Message"]
+    sm.stop_transform_job(TransformJobName="first")
+    assert _wait(sm, "first")["TransformJobStatus"] == "Stopped"
+    sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="second")
+    assert _wait(sm, "second")["TransformJobStatus"] == "Stopped"
+    err = _error(lambda: sm.describe_transform_job(TransformJobName="third"))
+    assert err["Code"] == "ValidationException"
+
+
+def test_a_job_stopped_while_queued_ends_stopped_without_running(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("running", inp, tmp_path / "out1"))
+    sm.create_transform_job(**_slow_job("queued", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="queued")
+    sm.stop_transform_job(TransformJobName="running")
+    assert _wait(sm, "running")["TransformJobStatus"] == "Stopped"
+    queued = _wait(sm, "queued")
+    assert queued["TransformJobStatus"] == "Stopped" and "TransformStartTime" not in queued
+    assert not (tmp_path / "out2").exists()

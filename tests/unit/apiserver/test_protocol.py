@@ -51,7 +51,8 @@ def test_types_and_unknown_members():
 
 def test_file_uris_are_accepted_where_tfbatch_reads_local_folders():
     validate_input(_op("CreateModel"), {"ModelName": "m", "PrimaryContainer": {"ModelDataUrl": "file:///models/m"}})
-    assert "modelDataUrl" in _problem("CreateModel", {"ModelName": "m", "PrimaryContainer": {"ModelDataUrl": "ftp://x"}})
+    ftp = {"ModelName": "m", "PrimaryContainer": {"ModelDataUrl": "ftp://x"}}
+    assert "modelDataUrl" in _problem("CreateModel", ftp)
 
 
 def test_logs_model_too():

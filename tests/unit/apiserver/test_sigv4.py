@@ -55,7 +55,8 @@ def test_a_request_signed_by_botocore_verifies():
 
 
 def test_runtime_route_with_query_and_headers_verifies():
-    path, query, headers, body = _signed(b"\x00\x01binary", url="http://localhost:9/endpoints/my-ep/invocations?a=1&b=x",
+    path, query, headers, body = _signed(b"\x00\x01binary",
+                                         url="http://localhost:9/endpoints/my-ep/invocations?a=1&b=x",
                                          headers={"X-Amzn-SageMaker-Custom-Attributes": "tfs-method=predict"})
     assert verify("POST", path, query, headers, body, ACCEPTED) == KEY
 
