@@ -24,6 +24,9 @@ class ApiConfig:
     # Jobs InProgress or Stopping (running or queued) at most; one more is ResourceLimitExceeded,
     # as AWS answers past an account's transform job quota.
     max_jobs_in_progress: int = 100
+    # Endpoints at most: each is a model server process (apiserver.endpoints); one more is
+    # ResourceLimitExceeded, as AWS answers past an account's endpoint quota.
+    max_endpoints: int = 8
     # Import TensorFlow at start-up (local engine), so the first job does not wait for it.
     preload: bool = True
     region: str = "us-east-1"
@@ -41,6 +44,8 @@ class ApiConfig:
             raise ConfigError(f"--max-concurrent-jobs must be at least 1, got {self.max_concurrent_jobs}")
         if self.max_jobs_in_progress < 1:
             raise ConfigError(f"--max-jobs-in-progress must be at least 1, got {self.max_jobs_in_progress}")
+        if self.max_endpoints < 1:
+            raise ConfigError(f"--max-endpoints must be at least 1, got {self.max_endpoints}")
         if not (len(self.account_id) == 12 and self.account_id.isdigit()):
             raise ConfigError(f"account id must be 12 digits, got {self.account_id!r}")
 

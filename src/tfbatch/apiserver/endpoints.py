@@ -19,9 +19,6 @@ from tfbatch.apiserver.protocol import ApiError, not_found, validation
 from tfbatch.apiserver.registry import Context, component, operation
 
 COMPONENT = "endpoints"
-# Serve processes are whole model servers: past this many endpoints CreateEndpoint answers
-# ResourceLimitExceeded (AWS's own per-account quota answer) instead of exhausting the machine.
-DEFAULT_MAX_ENDPOINTS = 8
 BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting")
 
 
@@ -124,7 +121,9 @@ def create_endpoint(ctx: Context, params: dict) -> dict:
     name = params["EndpointName"]
     arn = ctx.arn("endpoint", name)
     _config_or_fail(ctx, params["EndpointConfigName"])
-    limit = getattr(ctx.config, "max_endpoints", DEFAULT_MAX_ENDPOINTS)
+    # Serve processes are whole model servers: past the limit CreateEndpoint answers
+    # ResourceLimitExceeded (AWS's per-account quota answer) instead of exhausting the machine.
+    limit = ctx.config.max_endpoints
     if len(ctx.state.list(ENDPOINT)) >= limit:
         raise ApiError("ResourceLimitExceeded", f"The account-level service limit 'number of endpoints' is {limit} "
                        f"Endpoints; tfbatch api --max-endpoints raises it", 400)

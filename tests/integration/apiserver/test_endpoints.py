@@ -323,3 +323,20 @@ def _processes_under(run_dir: str) -> list[int]:
             if run_dir in cmdline and not _is_zombie(int(entry.name)):
                 found.append(int(entry.name))
     return found
+
+
+def test_endpoints_past_the_limit_are_resource_limit_exceeded(tmp_path):
+    server = ApiServer(tmp_path / "state", CREDENTIALS, "--max-endpoints", "1", "--no-preload").start()
+    try:
+        sm = server.client("sagemaker")
+        (tmp_path / "empty").mkdir()  # a model that fails at once: the limit counts endpoints, not healthy ones
+        _model(sm, "lim-m", tmp_path / "empty")
+        _config(sm, "lim-c", "lim-m")
+        sm.create_endpoint(EndpointName="lim-1", EndpointConfigName="lim-c")
+        over = _error(lambda: sm.create_endpoint(EndpointName="lim-2", EndpointConfigName="lim-c"))
+        assert over["Error"]["Code"] == "ResourceLimitExceeded" and "--max-endpoints" in over["Error"]["Message"]
+        sm.delete_endpoint(EndpointName="lim-1")
+        sm.get_waiter("endpoint_deleted").wait(EndpointName="lim-1", WaiterConfig=FAST)
+        sm.create_endpoint(EndpointName="lim-2", EndpointConfigName="lim-c")  # room again
+    finally:
+        server.stop()
