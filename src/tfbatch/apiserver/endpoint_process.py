@@ -68,6 +68,7 @@ class EndpointProcess:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._reader: threading.Thread | None = None
+        self.stopping = False  # set by stop(): an exit from then on is not a crash
         # The last lines it wrote: a FailureReason names what went wrong, not just an exit status.
         self._tail: deque[str] = deque(maxlen=3)
         self._connections: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(POOLED_CONNECTIONS)
@@ -210,6 +211,7 @@ class EndpointProcess:
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM (serve finishes what it has in flight), SIGKILL after ``grace`` seconds."""
+        self.stopping = True
         if self.proc is None:
             return
         if self.proc.poll() is None:

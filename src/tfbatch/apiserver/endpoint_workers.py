@@ -8,7 +8,9 @@ DeleteEndpoint answer at once, as on AWS, and the status moves on its own:
 - update:  Updating -> new processes ready -> routing switched -> InService; then the old
   processes drain (requests already routed to them finish) and stop. A failed update leaves
   the old config serving (InService, FailureReason set), as AWS rolls back;
-- delete:  Deleting -> routing removed -> drain -> stop -> the document is gone.
+- delete:  Deleting -> routing removed -> drain -> stop -> the document is gone;
+- a routed process that dies (a crash, the OOM killer) is replaced as AWS replaces an unhealthy
+  instance: SystemUpdating -> a new process from the same config -> InService.
 
 After a ``kill -9`` of the API server its serve processes outlive it (own sessions); the pids
 are in the documents, so :meth:`EndpointWorkers.recover` kills those orphans and starts every
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 ENDPOINT = "endpoint"
 ENDPOINT_CONFIG = "endpoint-config"
 LOG_GROUP = "/aws/sagemaker/Endpoints"
+WATCH_INTERVAL_S = 0.5  # how often routed processes are checked for an unexpected exit
 
 
 @dataclass
@@ -82,6 +85,10 @@ class EndpointWorkers:
         self._deleted: set[str] = set()
         self._closing = False
         self._logs = LogBuffer(state)
+        self._replacing: set[str] = set()
+        self._watch_stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="endpoint-watch", daemon=True)
+        self._watcher.start()
 
     # -- requests ---------------------------------------------------------------------------
     def acquire(self, endpoint: str, target_variant: str | None = None) -> tuple[EndpointProcess, str]:
@@ -156,6 +163,9 @@ class EndpointWorkers:
             return
         config_name = doc.get("_TargetConfig") or doc["EndpointConfigName"]
         config = self.state.get(ENDPOINT_CONFIG, config_name)
+        if config is None and not doc.get("_TargetConfig"):
+            # AWS lets a config be deleted under a running endpoint; its copy restarts it.
+            config = doc.get("_Config")
         try:
             if config is None:
                 raise Unavailable(f'the endpoint configuration "{config_name}" was deleted before it was deployed')
@@ -186,7 +196,7 @@ class EndpointWorkers:
         self._record_processes(name, Route(variants).processes() + (old.processes() if old else []), pending=False)
         self.state.update(
             ENDPOINT, name, EndpointStatus="InService", EndpointConfigName=config["EndpointConfigName"],
-            FailureReason=None, _TargetConfig=None, LastModifiedTime=time.time(),
+            FailureReason=None, _TargetConfig=None, _Config=config, LastModifiedTime=time.time(),
             ProductionVariants=_variant_summaries(config),
         )
         if old is not None:
@@ -206,6 +216,37 @@ class EndpointWorkers:
         if route is not None:
             self._stop_route(route)
         self.state.delete(ENDPOINT, name)
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(WATCH_INTERVAL_S):
+            with self._lock:
+                dead = {key: proc for key, route in self._routes.items() if key not in self._replacing
+                        for proc in route.processes() if not proc.alive and not proc.stopping}
+                self._replacing.update(dead)
+            for key, proc in dead.items():
+                self._background(key, lambda k=key, p=proc: self._replace(k, p))
+
+    def _replace(self, key: str, dead: EndpointProcess) -> None:
+        """A routed process exited on its own: start the same config again and switch to it."""
+        try:
+            doc = self.state.get(ENDPOINT, key)
+            if doc is None or doc["EndpointStatus"] != "InService" or self._closing:
+                return  # an update or a delete in progress replaces or removes it anyway
+            code = dead.proc.returncode if dead.proc is not None else None
+            if dead.on_line is not None:
+                dead.on_line(f"tfbatch api: instance {dead.instance_id} exited with status {code}; replacing it")
+            log.warning("endpoint %s: instance %s exited with status %s; replacing it", key, dead.instance_id, code)
+            self.state.update(ENDPOINT, key, EndpointStatus="SystemUpdating", LastModifiedTime=time.time())
+            self._deploy(doc["EndpointName"], updating=True)
+            with self._lock:
+                route = self._routes.get(key)
+                failed = route is not None and dead in route.processes()
+                if failed:  # no replacement could start: nothing serves, and trying again would loop
+                    self._routes.pop(key)
+            if failed:
+                self.state.update(ENDPOINT, key, EndpointStatus="Failed", LastModifiedTime=time.time())
+        finally:
+            self._replacing.discard(key)
 
     # -- persistence of what runs -----------------------------------------------------------
     def _record_processes(self, name: str, procs: list[EndpointProcess], *, pending: bool) -> None:
@@ -244,6 +285,7 @@ class EndpointWorkers:
     def close(self) -> None:
         """Server shut-down: stop every serve process (they come back on the next start)."""
         self._closing = True
+        self._watch_stop.set()
         with self._lock:
             routes, self._routes = list(self._routes.values()), {}
         for route in routes:

@@ -280,15 +280,17 @@ def test_four_endpoints_survive_kill_9_and_restart(tmp_path, artifacts):
         server.stop()
 
 
-def _serve_pids(state_dir: Path) -> list[int]:
+def _serve_pids(state_dir: Path, endpoint: str | None = None) -> list[int]:
+    """The serve processes the server has on record (its SQLite state, read as a second reader)."""
     import sqlite3
 
     db = sqlite3.connect(state_dir / "state.sqlite3")
     try:
-        rows = db.execute("SELECT doc FROM resources WHERE kind = 'endpoint'").fetchall()
+        rows = db.execute("SELECT key, doc FROM resources WHERE kind = 'endpoint'").fetchall()
     finally:
         db.close()
-    return [p["pid"] for (doc,) in rows for p in json.loads(doc).get("_Processes", [])]
+    return [p["pid"] for key, doc in rows if endpoint in (None, key)
+            for p in json.loads(doc).get("_Processes", [])]
 
 
 def _is_zombie(pid: int) -> bool:
@@ -340,3 +342,28 @@ def test_endpoints_past_the_limit_are_resource_limit_exceeded(tmp_path):
         sm.create_endpoint(EndpointName="lim-2", EndpointConfigName="lim-c")  # room again
     finally:
         server.stop()
+
+
+def test_a_crashed_model_server_is_replaced(api, sm, artifacts):
+    import os
+    import signal
+
+    _model(sm, "crash-m", artifacts["seed2"])
+    _config(sm, "crash-c", "crash-m")
+    sm.create_endpoint(EndpointName="crash", EndpointConfigName="crash-c")
+    sm.get_waiter("endpoint_in_service").wait(EndpointName="crash", WaiterConfig=FAST)
+    # AWS keeps a running endpoint when its config is deleted; so must its replacement.
+    sm.delete_endpoint_config(EndpointConfigName="crash-c")
+    [pid] = [p for p in _serve_pids(api.state_dir, "crash")]
+    os.kill(pid, signal.SIGKILL)  # the OOM killer's way
+    runtime = api.client("sagemaker-runtime", config=SLOW_READS)
+    deadline = time.monotonic() + 300  # a failure guard: the replacement loads its model meanwhile
+    while True:
+        pids = _serve_pids(api.state_dir, "crash")
+        status = sm.describe_endpoint(EndpointName="crash")["EndpointStatus"]
+        if status == "InService" and pids and pid not in pids:
+            break
+        assert status in ("InService", "SystemUpdating") and time.monotonic() < deadline, status
+        time.sleep(0.2)
+    np.testing.assert_allclose(_predict(runtime, "crash"), _expected(2), rtol=1e-5)
+    sm.delete_endpoint(EndpointName="crash")
