@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from tfbatch.apiserver.progress import JobLog, JobStats
+from tfbatch.apiserver.protocol import ApiError
 from tfbatch.apiserver.registry import component
 
 log = logging.getLogger("tfbatch.apiserver.jobs")
@@ -67,8 +68,9 @@ class _StoppableEngine:
 
 
 class _Run:
-    def __init__(self, name: str):
+    def __init__(self, name: str, resumed: bool = False):
         self.name = name
+        self.resumed = resumed  # queued again after a restart: its ledger has finished objects
         self.stop = threading.Event()
         self.engine: _StoppableEngine | None = None
         self.stats: JobStats | None = None
@@ -101,8 +103,7 @@ class JobQueue:
 
     def submit(self, name: str, resumed: bool = False) -> None:
         with self.lock:
-            run = self.runs[name.lower()] = _Run(name)
-            run.resumed = resumed  # type: ignore[attr-defined]
+            self.runs[name.lower()] = _Run(name, resumed)
         self.queue.put(name)
 
     def stop(self, name: str) -> None:
@@ -159,9 +160,9 @@ class JobQueue:
                 continue
             try:
                 self._run(run)
-            except Exception:  # noqa: BLE001 - a job's fault must not end the worker thread
+            except Exception as exc:  # noqa: BLE001 - a job's fault must not end the worker thread
                 log.exception("transform job %s: unexpected failure", name)
-                self._finish(name, "Failed", "InternalServerError: unexpected failure in tfbatch api (see its log)")
+                self._finish(name, "Failed", f"InternalServerError: {type(exc).__name__}: {exc}")
             finally:
                 with self.lock:
                     if self.runs.get(name.lower()) is run:
@@ -186,13 +187,13 @@ class JobQueue:
                           LastModifiedTime=started)
         instances = doc.get("TransformResources", {}).get("InstanceCount", 1)
         job_log = JobLog(self.state, run.name, instances, started)
-        earlier = self.state.progress(run.name.lower()) if getattr(run, "resumed", False) else None
+        earlier = self.state.progress(run.name.lower()) if run.resumed else None
         run.stats = JobStats(self.state, run.name.lower(), instances, job_log, earlier=earlier)
         try:
             model = self.state.get("model", doc["ModelName"])
             if model is None:
                 raise ConfigError(f"model {doc['ModelName']!r} was deleted before the job started")
-            spec = spec_for_job(doc, model, resumed=getattr(run, "resumed", False))
+            spec = spec_for_job(doc, model, resumed=run.resumed)
             options = {"address": self.config.ray_address} if self.config.engine == "ray" else {}
             run.engine = _StoppableEngine(get_engine(self.config.engine, **options), run.stop)
             if run.stop.is_set():
@@ -200,15 +201,14 @@ class JobQueue:
             job_log.write(f"tfbatch transform job {run.name}: model {spec.model}, input "
                           f"{spec.input or spec.manifest}, output {spec.output}, {spec.instance_count} instance(s), "
                           f"engine {self.config.engine}" + (" (resumed from its ledger)" if spec.resume and
-                                                            getattr(run, "resumed", False) else ""))
+                                                            run.resumed else ""))
             for i in range(len(job_log.streams)):
                 job_log.write(f"instance {i + 1} of {len(job_log.streams)}: starting", i)
             report = run_transform(spec, engine=run.engine, progress=run.stats)
-        except TfbatchError as exc:
+        except (TfbatchError, ApiError) as exc:
             if self.closing:
                 return
-            kind = "ClientError" if isinstance(exc, ConfigError) or getattr(exc, "status", 500) < 500 else \
-                "InternalServerError"
+            kind = "ClientError" if isinstance(exc, (ApiError, *_client_errors())) else "InternalServerError"
             job_log.write(f"job failed: {exc}")
             run.stats.save()
             self._finish(run.name, "Failed", f"{kind}: {exc}")
@@ -248,9 +248,25 @@ def _preload() -> None:
         log.debug("preloading TensorFlow failed", exc_info=True)
 
 
+def _client_errors() -> tuple[type, ...]:
+    """What AWS calls a ClientError (the user's artifact, script, job or data): the errors for
+    which ``tfbatch transform`` exits with status 2, and their subclasses."""
+    from tfbatch.errors import ArtifactError, ConfigError, DependencyMissing, HandlerError, InvalidInput, NotFound
+
+    found, todo = [], [ConfigError, InvalidInput, NotFound, ArtifactError, DependencyMissing, HandlerError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return tuple(found)
+
+
 def _reason(report: Any) -> str:
     if report.fatal:
-        return "InternalServerError: " + "; ".join(report.fatal)
+        # An instance's fatal error arrives as text ("instance 0: ArtifactError: ...").
+        text = "; ".join(report.fatal)
+        client = any(f"{cls.__name__}: " in text for cls in _client_errors())
+        return ("ClientError: " if client else "InternalServerError: ") + text
     if report.stopped:
         return "ClientError: " + report.stopped
     first = report.errors[0]["error"] if report.errors else "see the error report"

@@ -31,9 +31,13 @@ def _job(name: str, model: str, input_uri: str, output_uri: str, **extra) -> dic
     return request
 
 
-def _wait(sm, name: str) -> dict:
-    sm.get_waiter("transform_job_completed_or_stopped").wait(
-        TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+def _wait(sm, name: str, fails: bool = False) -> dict:
+    waiter = sm.get_waiter("transform_job_completed_or_stopped")
+    if fails:  # the waiter's failure state is Failed: it raises, as against AWS
+        with pytest.raises(botocore.exceptions.WaiterError, match="Failed"):
+            waiter.wait(TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+    else:
+        waiter.wait(TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
     return sm.describe_transform_job(TransformJobName=name)
 
 
@@ -309,3 +313,32 @@ def test_a_job_stopped_while_queued_ends_stopped_without_running(make_api_server
     queued = _wait(sm, "queued")
     assert queued["TransformJobStatus"] == "Stopped" and "TransformStartTime" not in queued
     assert not (tmp_path / "out2").exists()
+
+
+def test_failed_records_fail_the_job_as_on_aws_but_keep_the_good_outputs(api_server, tmp_path,
+                                                                          api_failing_model):
+    sm = api_server.client("sagemaker")
+    sm.create_model(ModelName="picky", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_failing_model.as_uri()))
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    for i in range(4):
+        sign = -1 if i == 2 else 1
+        (inp / f"p{i}.jsonl").write_text(json.dumps([sign * 1.0, 2.0]) + "\n")
+    sm.create_transform_job(**_job("picky-job", "picky", inp.as_uri() + "/", out.as_uri() + "/"))
+    described = _wait(sm, "picky-job", fails=True)
+    assert described["TransformJobStatus"] == "Failed"
+    assert described["FailureReason"].startswith("ClientError: 1 of 4 objects had records that failed")
+    assert "negative input" in described["FailureReason"] and "errors.jsonl" in described["FailureReason"]
+    answered = sorted(p.name for p in out.glob("*.out") if "predictions" in p.read_text())
+    assert answered == ["p0.jsonl.out", "p1.jsonl.out", "p3.jsonl.out"]
+    lines = [e["message"] for e in api_server.client("logs").filter_log_events(
+        logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix="picky-job/")["events"]]
+    assert any(line.startswith("p2.jsonl: 1 of 1 records failed") for line in lines), lines
+
+    # An artifact that is not there fails the job with a ClientError naming it.
+    sm.create_model(ModelName="gone", ExecutionRoleArn=ROLE,
+                    PrimaryContainer=_container((tmp_path / "no-such-model").as_uri()))
+    sm.create_transform_job(**_job("gone-job", "gone", inp.as_uri() + "/", (tmp_path / "out2").as_uri() + "/"))
+    described = _wait(sm, "gone-job", fails=True)
+    assert described["TransformJobStatus"] == "Failed"
+    assert described["FailureReason"].startswith("ClientError") and "no-such-model" in described["FailureReason"]
