@@ -107,6 +107,9 @@ class RunTimeline:
     listed_at_first_result: int | None = None
     resubmitted: int = 0
     calls: int = 0  # chunk calls the driver submitted to actors (resubmissions included)
+    # The most keys listed but not yet pulled by an instance's dataflow (held by the driver or
+    # waiting in an actor's inbox) at any time: the look-ahead the feeding adds.
+    max_waiting: int = 0
     actor_pids: dict[int, int] = field(default_factory=dict)
     # What each actor process says it was handed: {"calls": n, "objects": n}, per instance.
     actor_calls: dict[int, dict[str, int]] = field(default_factory=dict)

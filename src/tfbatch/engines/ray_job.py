@@ -127,6 +127,8 @@ class RayJob:
             self._pull(inputs)
             for st in self.inst:
                 self._send(st)
+            waiting = sum(len(st.filling) + sum(map(len, st.backlog)) + st.fed - st.taken for st in self.inst)
+            self.timeline.max_waiting = max(self.timeline.max_waiting, waiting)
             self._collect()
 
     def _pull(self, inputs: Iterator[tuple[int, ObjectRef]]) -> None:
