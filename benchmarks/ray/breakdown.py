@@ -30,10 +30,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("per-object pipeline", ("tfbatch/transform/pipeline.py", "tfbatch/transform/invoke.py")),
     ("batch lane", ("tfbatch/transform/batched.py", "tfbatch/transform/script_lane.py")),
     ("engine: actor/driver calls", ("tfbatch/engines/",)),
-    ("Ray runtime", ("ray/",)),
+    ("bench harness (finding actor pids)", ("psutil/",)),
+    ("Ray runtime", ("ray/_private", "ray/_raylet", "ray/util", "ray/actor", "ray/remote_function")),
 ]
 WAITS = re.compile(r"^(wait|acquire|_wait_for_tstate_lock|get|result|select|poll|sleep|_worker|main_loop|"
-                   r"recv|recv_into|accept|join|_recv|readinto|_wait|wait_for|epoll|run_forever|_run_once)\b")
+                   r"recv|recv_into|accept|join|_recv|readinto|_wait|wait_for|epoll|run_forever|_run_once|"
+                   r"listen_error_messages)\b")  # Ray's error listener blocks in native code
 
 
 def parse(path: Path) -> Counter:

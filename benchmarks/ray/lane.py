@@ -51,16 +51,20 @@ def _one(engine_name: str, archive: Path, inputs: Path, output: Path, instances:
     shutil.rmtree(output, ignore_errors=True)
     (output / "_tfbatch").mkdir(parents=True)
     engine = RayEngine(RayOptions(address=address)) if engine_name == "ray" else None
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     report = run_transform(_spec(archive, inputs, output, instances), engine=engine)
-    ended = time.time()
+    ended, cpu = time.time(), time.process_time() - cpu
     assert report.ok, report.summary()
     timing = output_timing(output)
     lanes = sorted({str(b.get("lane")) for b in (report.batches or {}).values() if isinstance(b, dict)})
     return {"engine": engine_name, "instances": instances, "wall_s": round(ended - started, 2),
             "images_per_s": round(timing.outputs / (ended - started), 1),
             "steady_images_per_s": None if timing.steady_images_per_s is None else round(timing.steady_images_per_s, 1),
-            "outputs": timing.outputs, "lanes": lanes}
+            "outputs": timing.outputs, "lanes": lanes,
+            # Start to first output: process start-up, imports, model load, first batch.
+            "first_output_s": None if timing.first_output is None else round(timing.first_output - started, 2),
+            # CPU of this process: for Ray, the driver alone (listing, feeding, answers).
+            "this_process_cpu_ms_per_image": round(1000 * cpu / max(1, timing.outputs), 3)}
 
 
 def _profile(archive: Path, inputs: Path, out: Path, instances: int, address: str, cluster, pdir: Path) -> dict:
@@ -120,16 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     identical: dict[int, bool] = {}
     with LocalRayCluster(nodes=args.nodes, num_cpus=1) as cluster:
         for engine in ("local", "ray"):  # untimed warm-up: imports, Ray's worker processes
-            _one(engine, archive, inputs, work / "out-warm", max(args.instances), cluster.address)
+            _one(engine, archive, inputs, work / f"out-warm-{engine}", max(args.instances), cluster.address)
         for r in range(args.repeats):
             for n in args.instances:
                 for engine in (("local", "ray") if r % 2 == 0 else ("ray", "local")):
-                    out = work / f"out-{engine}-{n}"
+                    # A new folder per run: the in-process instance remembers folders it made.
+                    out = work / f"out-{engine}-{n}-r{r}"
                     run = _one(engine, archive, inputs, out, n, cluster.address)
                     run["round"] = r
                     runs.append(run)
                     print(run, flush=True)
-                identical[n] = _outputs(work / f"out-local-{n}") == _outputs(work / f"out-ray-{n}")
+                identical[n] = _outputs(work / f"out-local-{n}-r{r}") == _outputs(work / f"out-ray-{n}-r{r}")
         profiled = None
         if args.profile:
             profiled = _profile(archive, inputs, work / "out-prof", args.profile_instances, cluster.address, cluster,
