@@ -67,6 +67,26 @@ def _one(engine_name: str, archive: Path, inputs: Path, output: Path, instances:
             "this_process_cpu_ms_per_image": round(1000 * cpu / max(1, timing.outputs), 3)}
 
 
+def _one_cli(engine_name: str, archive: Path, inputs: Path, output: Path, instances: int, address: str) -> dict:
+    """The same job as a whole ``tfbatch transform`` process (start-up included), as a user runs it."""
+    shutil.rmtree(output, ignore_errors=True)
+    cmd = [sys.executable, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
+           "--output", str(output), "--content-type", "application/x-image", "--instance-count", str(instances),
+           "--no-resume", "--progress", "off", "--engine", engine_name]
+    if engine_name == "ray":
+        cmd += ["--ray-address", address]
+    started = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    ended = time.time()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    timing = output_timing(output)
+    return {"engine": engine_name, "instances": instances, "mode": "cli", "wall_s": round(ended - started, 2),
+            "images_per_s": round(timing.outputs / (ended - started), 1),
+            "steady_images_per_s": None if timing.steady_images_per_s is None else round(timing.steady_images_per_s, 1),
+            "outputs": timing.outputs,
+            "first_output_s": None if timing.first_output is None else round(timing.first_output - started, 2)}
+
+
 def _profile(archive: Path, inputs: Path, out: Path, instances: int, address: str, cluster, pdir: Path) -> dict:
     """One Ray job with py-spy on the driver and on every actor process, all threads."""
     pdir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/tfbatch-raybench")
     parser.add_argument("--profile", help="folder for py-spy stacks of one extra Ray run (driver and actors)")
     parser.add_argument("--profile-instances", type=int, default=1)
+    parser.add_argument("--cli", action="store_true",
+                        help="run every job as a whole `tfbatch transform` process (both engines start cold)")
     parser.add_argument("--out", help="write the JSON result here too")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -120,17 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir)
     inputs = ensure_dataset(work / f"dataset-{args.images}-0", args.images)
     archive = scriptless_archive(ensure_artifact("tiny", work))
+    one = _one_cli if args.cli else _one
     runs: list[dict] = []
     identical: dict[int, bool] = {}
     with LocalRayCluster(nodes=args.nodes, num_cpus=1) as cluster:
         for engine in ("local", "ray"):  # untimed warm-up: imports, Ray's worker processes
-            _one(engine, archive, inputs, work / f"out-warm-{engine}", max(args.instances), cluster.address)
+            one(engine, archive, inputs, work / f"out-warm-{engine}", max(args.instances), cluster.address)
         for r in range(args.repeats):
             for n in args.instances:
                 for engine in (("local", "ray") if r % 2 == 0 else ("ray", "local")):
                     # A new folder per run: the in-process instance remembers folders it made.
                     out = work / f"out-{engine}-{n}-r{r}"
-                    run = _one(engine, archive, inputs, out, n, cluster.address)
+                    run = one(engine, archive, inputs, out, n, cluster.address)
                     run["round"] = r
                     runs.append(run)
                     print(run, flush=True)
@@ -155,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                            / best("local", n, "steady_images_per_s"), 3),
             "outputs_identical": identical.get(n),
         }
-    result = {"benchmark": "ray-batch-lane", "images": args.images, "nodes": args.nodes, "cpus_per_node": 1,
+    result = {"benchmark": "ray-batch-lane", "mode": "cli" if args.cli else "in-process", "images": args.images, "nodes": args.nodes, "cpus_per_node": 1,
               "machine_cpus": os.cpu_count(), "best_of": args.repeats, "per_instance_count": per_count,
               "runs": runs, "profiled_run": profiled}
     print_and_save(result, args.out)
