@@ -96,7 +96,8 @@ def _profile(archive: Path, inputs: Path, out: Path, instances: int, address: st
 
     def attach(pid: int, name: str) -> None:
         procs.append(subprocess.Popen(
-            [shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--threads", "--idle", "--rate", "100", "--format", "raw",
+            [shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record",
+             "--threads", "--idle", "--rate", "100", "--format", "raw",
              "--pid", str(pid), "-o", str(pdir / f"{name}.txt")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
@@ -178,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                                            / best("local", n, "steady_images_per_s"), 3),
             "outputs_identical": identical.get(n),
         }
-    result = {"benchmark": "ray-batch-lane", "mode": "cli" if args.cli else "in-process", "images": args.images, "nodes": args.nodes, "cpus_per_node": 1,
+    result = {"benchmark": "ray-batch-lane", "mode": "cli" if args.cli else "in-process", "images": args.images,
+              "nodes": args.nodes, "cpus_per_node": 1,
               "machine_cpus": os.cpu_count(), "best_of": args.repeats, "per_instance_count": per_count,
               "runs": runs, "profiled_run": profiled}
     print_and_save(result, args.out)
