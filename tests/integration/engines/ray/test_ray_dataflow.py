@@ -58,13 +58,21 @@ def _same_predictions(got: dict[str, bytes], expected: dict[str, bytes]) -> None
         assert have["predictions"][0]["classes"] == want["predictions"][0]["classes"], name
 
 
-def _lanes(report) -> list[tuple[str, int]]:
-    """(lane, largest model batch) per instance, from the report (the batch lane's histogram)."""
+def _lanes(report) -> list[tuple[str, str | None, float]]:
+    """(lane, predict stage, mean rows per model call) per instance, from the report's batch figures."""
     found = []
     for stats in report.batches.values():
-        sizes = stats.get("batch_sizes") or {}
-        found.append((stats.get("lane"), max((int(k) for k in sizes), default=0)))
+        calls = stats.get("batches") or 0
+        found.append((stats.get("lane"), stats.get("predict"), (stats.get("rows") or 0) / calls if calls else 0.0))
     return sorted(found)
+
+
+def _same_dataflow(on_ray, local) -> None:
+    """Each Ray instance ran what each local instance ran, in batches across objects, not per object."""
+    ray_lanes, local_lanes = _lanes(on_ray), _lanes(local)
+    assert [(lane, predict) for lane, predict, _ in ray_lanes] == [(lane, predict) for lane, predict, _ in local_lanes]
+    assert len(ray_lanes) == 2 and all(lane != "per-object" for lane, _, _ in ray_lanes), on_ray.batches
+    assert all(rows > 1 for _, _, rows in ray_lanes + local_lanes), (on_ray.batches, local.batches)
 
 
 def _engine(cluster) -> RayEngine:
@@ -86,11 +94,7 @@ def test_batch_lane_job_runs_the_lane_on_ray_with_the_local_outputs(ray_cluster,
     assert on_ray.ok and local.ok, on_ray.summary()
     assert on_ray.objects == local.objects == OBJECTS
     _same_predictions(_outputs(tmp_path / "ray"), _outputs(tmp_path / "local"))
-    # Both engines ran the batch lane in each instance, with batches formed across objects.
-    for report in (local, on_ray):
-        lanes = _lanes(report)
-        assert [lane for lane, _ in lanes] == ["batch", "batch"], report.batches
-        assert all(largest > 1 for _, largest in lanes), report.batches
+    _same_dataflow(on_ray, local)
     assert set(done_keys(tmp_path / "ray")) == set(done_keys(tmp_path / "local"))
 
 
@@ -111,8 +115,7 @@ def test_scripted_job_runs_the_script_lane_on_ray_with_the_local_outputs(ray_clu
         == (24, 23, 1)
     assert [e["object"] for e in on_ray.errors] == [e["object"] for e in local.errors] == ["img-005.png"]
     _same_predictions(_outputs(tmp_path / "ray"), _outputs(tmp_path / "local"))
-    assert [lane for lane, _ in _lanes(on_ray)] == [lane for lane, _ in _lanes(local)] \
-        == ["script-batch", "script-batch"], on_ray.batches
+    _same_dataflow(on_ray, local)
 
 
 def test_killed_actor_mid_lane_job_still_yields_complete_output(ray_cluster, plain_model, tmp_path):
