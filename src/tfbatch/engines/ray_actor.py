@@ -1,20 +1,29 @@
 """What runs inside the Ray cluster: the instance actor and the reader task.
 
-``InstanceActor`` hosts one ``InstanceRunner`` — the model is loaded once per actor (and
-again only if Ray restarts the actor after its process died). The driver hands it a chunk
-of objects per call (``process_chunk``), a couple of chunks at a time: every object of
-every chunk in hand goes to one pool of ``concurrency`` object threads, so the next chunk's
-objects start as the current one's finish (no drain between calls), the batcher coalesces
-requests from several objects into one model batch as the local engine's object threads
-do, and a call's cost (a round trip, a task record in Ray) is paid once per chunk.
+``InstanceActor`` is one instance of the job, run exactly as a local worker process runs
+one: a single ``InstanceRunner.run`` over a stream of keys, started when the actor starts
+and ended by the driver's ``end()``. So a Ray instance gets the same dataflow as a local one:
+the batch lanes form batches across objects (and across the driver's chunks), outputs are
+written a batch at a time and the ledger commits them in groups.
+
+The stream is an inbox of key chunks the driver fills with ``feed``. The runner pulls keys
+only as fast as its dataflow has room for them (the lanes bound their own in-flight
+objects), so the inbox is the only look-ahead beyond that: each chunk the runner takes
+wakes the driver's long-polling ``take`` call, which tops the inbox up.
+
+``take`` is also how results leave: it hands back the objects finished since the last call,
+but only once their ledger entries are committed (a forced group commit when a whole group
+is waiting, when the oldest result has waited ``DELIVER_AFTER_S``, or at the end). The driver
+counts an object done only from such an answer, so an actor killed at any point takes with
+it only objects the driver still holds as outstanding, and those it feeds again to the
+restarted actor. Every answer names the actor's incarnation: a restart the driver did not
+see fail a call still shows.
 
 ``read_objects`` is the CPU/IO-side stage that may run on any node: it fetches a chunk's
-bytes so the model actor does not spend its own host's CPUs and network on them.
-The bytes travel through Ray's object store and are handed to the unchanged per-object
-pipeline as in-process ``memory://`` objects (fsspec's memory filesystem is a store
-local to the actor process), so reading, gunzip and splitting code stays in one place; an
-object the reader could not fetch is read by the actor itself, so its failure is reported
-exactly as the local engine reports it.
+bytes so the model actor does not spend its own host's CPUs and network on them. They are
+handed to the unchanged dataflow as in-process ``memory://`` objects (fsspec's memory
+filesystem is local to the actor process); an object the reader could not fetch is read by
+the actor itself, so its failure is reported exactly as the local engine reports it.
 
 This module imports ray at import time; ``tfbatch.engines.ray`` imports it lazily.
 """
@@ -22,23 +31,40 @@ This module imports ray at import time; ``tfbatch.engines.ray`` imports it lazil
 from __future__ import annotations
 
 import os
+import queue
 import threading
+import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import fsspec
 import ray
 
 from tfbatch.storage import ObjectRef, read_bytes
-from tfbatch.transform.report import ObjectResult
+from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
 # Inputs handed over from reader tasks live here, in the actor process's memory filesystem.
 STAGING = "memory://tfbatch-ray-staging"
+# Results go back once this many wait, or once the oldest has waited this long: the ledger's
+# own group rhythm, so delivering never forces more commits (syncs) than a local worker makes.
+DELIVER_GROUP = 256
+DELIVER_AFTER_S = 1.0
+# A take with nothing to say still answers after this long, so a driver whose call went to
+# a restarted actor learns the new incarnation even if nothing else would wake it.
+TAKE_TIMEOUT_S = 5.0
 
 
-# (uri, key, size, had an error file): one object of a chunk, as the driver sends it.
-Item = tuple[str, str, "int | None", bool]
+
+@dataclass(frozen=True)
+class _End:
+    """The inbox's last message: the driver fed ``fed`` objects to this incarnation in all."""
+
+    fed: int
+
+# (uri, key, size): one object of a chunk, as the driver sends it.
+Item = tuple[str, str, "int | None"]
 
 
 @ray.remote
@@ -53,29 +79,148 @@ def read_objects(uris: list[str]) -> list[bytes | None]:
     return found
 
 
+@dataclass
+class Answer:
+    """What ``take`` (and ``feed``) tell the driver."""
+
+    incarnation: str
+    taken: int  # objects the runner has pulled from the inbox so far, in this incarnation
+    results: list[ObjectResult] = field(default_factory=list)
+    summary: InstanceSummary | None = None  # set once the run is over (or could not start)
+
+
 class InstanceActor:
-    """One instance of the job. ``process_chunk`` never raises: failures are results."""
+    """One instance of the job; no method raises for an object's failure (failures are results)."""
 
     def __init__(self, spec_fields: dict, instance: int, instance_count: int):
         from tfbatch.transform.instance import InstanceRunner
 
         self.instance = instance
+        self.incarnation = uuid.uuid4().hex
         self.fatal: str | None = None
         spec = TransformSpec(**spec_fields)
         self.runner = InstanceRunner(spec, instance, instance_count)
-        self._lock = threading.Lock()
-        # One pool for all chunks in hand: at most ``concurrency`` objects run, as in a local instance.
-        self.objects = ThreadPoolExecutor(max(1, spec.concurrency), thread_name_prefix=f"object-{instance}")
+        self._inbox: queue.Queue = queue.Queue()  # bounded by the driver: it feeds only what is taken
+        self._cond = threading.Condition()
+        self._outbox: list[ObjectResult] = []
+        self._oldest: float | None = None  # when the oldest undelivered result was finished
+        self._taken = 0
+        self._took_chunk = False  # the runner took a chunk since the last answer: the driver refills
+        self._summary: InstanceSummary | None = None
+        self._staged: dict[str, str] = {}  # key -> memory:// copy of a pre-read object
         self.received = {"calls": 0, "objects": 0}
         try:
             self.runner.open()
-        except Exception as exc:  # reported once by ready(); the engine skips this partition
+        except Exception as exc:  # reported by ready() and take(); the engine skips this partition
             self.runner.close()
             self.fatal = f"{type(exc).__name__}: {exc}"
+            self._summary = InstanceSummary(instance=instance, fatal=self.fatal)
+            return
+        threading.Thread(target=self._run, daemon=True, name=f"instance-{instance}").start()
+
+    # ---- the one run ---------------------------------------------------------------------
+
+    def _keys(self) -> Iterator[ObjectRef]:
+        # Ray runs a threaded actor's calls in no fixed order, so end() may land before the
+        # last feed(): it says how many objects the driver fed, and the stream ends only once
+        # that many have been taken.
+        end_at: int | None = None
+        while end_at is None or self._taken < end_at:
+            chunk = self._inbox.get()
+            if isinstance(chunk, _End):
+                end_at = chunk.fed
+                continue
+            with self._cond:
+                self._taken += len(chunk)
+                self._took_chunk = True
+                self._cond.notify_all()
+            yield from chunk
+
+    def _run(self) -> None:
+        try:
+            summary = self.runner.run(self._finished, refs=self._keys())
+        except BaseException as exc:  # noqa: BLE001 - the instance's failure, reported to the driver
+            summary = InstanceSummary(instance=self.instance, fatal=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.runner.close()
+        with self._cond:
+            self._summary = summary
+            self._cond.notify_all()
+
+    def _finished(self, result: ObjectResult) -> None:
+        staged = self._staged.pop(result.key, None)
+        if staged is not None:
+            fsspec.filesystem("memory").rm_file(staged)
+        with self._cond:
+            self._outbox.append(result)
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+            if len(self._outbox) >= DELIVER_GROUP:
+                self._cond.notify_all()
+
+    # ---- the driver's calls --------------------------------------------------------------
 
     def ready(self) -> str | None:
         """None once the model is loaded, else why it could not be."""
         return self.fatal
+
+    def feed(self, items: list[Item], data: list[bytes | None] | None = None) -> Answer:
+        """Queue a chunk of keys for the run (``data``: their bytes, read by a reader task)."""
+        refs = []
+        for n, (uri, key, size) in enumerate(items):
+            blob = data[n] if data is not None else None
+            if blob is not None:
+                staged = f"{STAGING}/{uuid.uuid4().hex}"
+                fsspec.filesystem("memory").pipe_file(staged, blob)
+                self._staged[key] = staged
+                uri, size = staged, len(blob)
+            refs.append(ObjectRef(uri, key, size))
+        with self._cond:
+            self.received["calls"] += 1
+            self.received["objects"] += len(items)
+            taken = self._taken
+        if self.fatal is None:
+            self._inbox.put(refs)
+        return Answer(self.incarnation, taken)
+
+    def end(self, fed: int) -> None:
+        """No more keys after ``fed`` in all: the run finishes them (partial batches included) and ends."""
+        self._inbox.put(_End(fed))
+
+    def take(self) -> Answer:
+        """Wait for something to say: a chunk taken, results due, or the end of the run."""
+        deadline = time.monotonic() + TAKE_TIMEOUT_S
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                due = self._oldest is not None and (len(self._outbox) >= DELIVER_GROUP
+                                                    or now - self._oldest >= DELIVER_AFTER_S)
+                if due or self._summary is not None or self._took_chunk or now >= deadline:
+                    break
+                wake = deadline if self._oldest is None else min(deadline, self._oldest + DELIVER_AFTER_S)
+                self._cond.wait(max(0.0, wake - now))
+            self._took_chunk = False
+            summary = self._summary
+            results: list[ObjectResult] = []
+            if due or summary is not None:
+                results, self._outbox, self._oldest = self._outbox, [], None
+            taken = self._taken
+        if results and summary is None:
+            results = self._commit(results)
+        # After the run the ledger is closed, and closing it committed everything.
+        return Answer(self.incarnation, taken, results, summary)
+
+    def _commit(self, results: list[ObjectResult]) -> list[ObjectResult]:
+        """Commit the ledger entries of ``results`` before they leave; if that fails, they are not done."""
+        try:
+            self.runner.ledger.flush()
+        except Exception as exc:  # noqa: BLE001 - the objects run again on resume
+            return [ObjectResult(key=r.key, ok=False, failed_records=1,
+                                 failures=[RecordFailure.from_exception(r.key, None, None, exc)])
+                    for r in results]
+        return results
+
+    # ---- facts for the driver's timeline -------------------------------------------------
 
     def pid(self) -> int:
         return os.getpid()
@@ -83,59 +228,10 @@ class InstanceActor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
-    def process_chunk(self, items: list[Item], data: list[bytes | None] | None = None
-                      ) -> list[ObjectResult] | None:
-        """Every object of ``items`` once, its result at the same position; never raises."""
-        if self.fatal is not None:
-            return None  # the engine learns why from ready() and skips this partition
-        with self._lock:
-            self.received["calls"] += 1
-            self.received["objects"] += len(items)
-        blobs = data if data is not None else [None] * len(items)
-        running = [self.objects.submit(self._one, *item, blob) for item, blob in zip(items, blobs)]
-        results = [r.result() for r in running]
-        # The driver counts the chunk's objects finished once this call returns, so their ledger
-        # entries are committed first: an actor killed after returning must not take queued
-        # entries with it. Chunks that finish together share one commit.
-        self.runner.ledger.flush()
-        return results
-
     def calls_received(self) -> dict[str, int]:
-        """Chunk calls and objects this actor process was handed (since its last restart)."""
-        with self._lock:
+        """Feed calls and objects this actor process was handed (since its last restart)."""
+        with self._cond:
             return dict(self.received)
-
-    def _one(self, uri: str, key: str, size: int | None, had_error_file: bool,
-             data: bytes | None) -> ObjectResult:
-        if data is None:
-            result = self.runner.process(ObjectRef(uri, key, size), had_error_file=had_error_file)
-        else:
-            # Pre-read bytes (a reader task fetched them): same pipeline, an in-process source.
-            staged = f"{STAGING}/{uuid.uuid4().hex}"
-            memory = fsspec.filesystem("memory")
-            memory.pipe_file(staged, data)
-            try:
-                result = self.runner.process(ObjectRef(staged, key, len(data)), had_error_file=had_error_file)
-            finally:
-                memory.rm_file(staged)
-        return result
-
-    def flush_ledger(self) -> int:
-        return self.runner.ledger.flush()
-
-    def batch_stats(self) -> dict:
-        """The batcher's figures per signature, as a local instance on the per-object path reports them."""
-        stack = self.runner.stack
-        if stack is None:
-            return {}
-        pool = {} if self.runner.pool is None else self.runner.pool.stats
-        return {name: {**stats, "lane": "per-object", "precision": self.runner.spec.precision, **pool}
-                for name, stats in stack.model_server.batcher_stats().items()}
-
-    def close(self) -> None:
-        self.objects.shutdown(wait=True)
-        with self._lock:
-            self.runner.close()
 
 
 def actor_class():

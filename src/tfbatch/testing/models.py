@@ -100,14 +100,18 @@ def image_weights(size: int, channels: int, classes: int) -> tuple[np.ndarray, n
     return w, b
 
 
-def make_image_bytes_model(path: str | Path, *, size: int = 8, channels: int = 1, classes: int = 10) -> Path:
+def make_image_bytes_model(path: str | Path, *, size: int = 8, channels: int = 1, classes: int = 10,
+                           delay_s: float = 0.0) -> Path:
     """An image classifier over encoded bytes (PNG/JPEG/GIF/BMP), any input image size.
 
     serving_default: ``image_bytes`` string [None] -> ``probabilities`` float32 [None, classes],
     ``classes`` int64 [None]. serving_tensor: ``images`` float32 [None, size, size, channels]
-    (already scaled to [0, 1]) -> the same outputs.
+    (already scaled to [0, 1]) -> the same outputs. ``delay_s``: serving_default first sleeps
+    that long once per batch (as ``make_slow_model``), so a job is still running when a test
+    interferes with it; the outputs are the same.
     """
     tf = _tf()
+    from tensorflow.python.data.experimental.ops import testing as data_testing
     w, b = image_weights(size, channels, classes)
 
     class ImageModel(tf.Module):
@@ -128,6 +132,9 @@ def make_image_bytes_model(path: str | Path, *, size: int = 8, channels: int = 1
                 img = tf.image.resize(tf.cast(img, tf.float32) / 255.0, [size, size])
                 return tf.ensure_shape(img, [size, size, channels])
 
+            if delay_s > 0:
+                sleep = data_testing.sleep(int(delay_s * 1_000_000))
+                image_bytes = tf.data.Dataset.from_tensors(image_bytes).apply(sleep).get_single_element()
             images = tf.map_fn(
                 decode, image_bytes, fn_output_signature=tf.TensorSpec([size, size, channels], tf.float32)
             )

@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from tfbatch.engines.ray import RayEngine, RayOptions
+from tfbatch.engines.ray_job import chunk_size
 from tfbatch.storage import list_prefix
 from tfbatch.transform import TransformSpec
 
@@ -35,8 +36,11 @@ def test_work_starts_before_listing_ends(ray_cluster, s3_server, s3_bucket, line
     assert line.listed == OBJECTS
     assert line.first_result_s is not None and line.listing_done_s is not None
     assert line.first_result_s < line.listing_done_s
-    # Bounded look-ahead: two windows per instance plus one page, not the whole prefix.
-    assert line.listed_at_first_result <= 2 * 2 * 2 + PAGE + 1
+    assert line.listed_at_first_result < OBJECTS
+    # Bounded look-ahead: keys listed but not yet pulled by an instance's dataflow are, per
+    # instance, under three chunks in the actor's inbox, one chunk held back and one filling.
+    chunk = chunk_size(spec)
+    assert 0 < line.max_waiting <= 2 * 5 * chunk < OBJECTS / 10
     outs = list(list_prefix(f"s3://{s3_bucket}/out/{0:05d}"))
     assert [r.key for r in outs] == ["00000.jsonl.out"]
 

@@ -1,0 +1,336 @@
+"""The Ray engine's driver loop: feeding each instance actor its keys, collecting its answers.
+
+``RayEngine.run`` (ray.py) builds one ``RayJob`` per run; the module docstring there
+describes the protocol (feed, take, end) and how an actor's death is survived.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from tfbatch.engines.ray import RayOptions, RunTimeline, _ray, forwarded_env
+from tfbatch.storage import ObjectRef
+from tfbatch.transform.engine import Emit
+from tfbatch.transform.ledger import Ledger
+from tfbatch.transform.plan import JobInputs
+from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
+from tfbatch.transform.spec import TransformSpec
+
+log = logging.getLogger(__name__)
+
+# Keys per feed call at most: past this a call's cost is negligible, and a longer chunk only
+# adds look-ahead (the local engine hands its workers chunks of the same size).
+MAX_CHUNK = 256
+# Tries of the call that waits for a restarted actor (each waits for Ray to report the actor
+# alive or restarting again); past them the actor is taken as gone.
+REVIVE_RETRIES = 100
+
+
+@dataclass
+class _Instance:
+    """The driver's side of one actor: what it was fed, what came back, what waits to go."""
+
+    index: int
+    actor: object = None
+    epoch: int = 0  # bumped at each restart the driver handles; answers of older calls are ignored
+    incarnation: str | None = None
+    outstanding: dict = field(default_factory=dict)  # key -> ObjectRef: fed, result not yet back
+    fed: int = 0  # objects fed to the current incarnation
+    taken: int = 0  # of those, pulled by its runner
+    filling: list = field(default_factory=list)  # the next chunk
+    backlog: deque = field(default_factory=deque)  # whole chunks (lists of ObjectRef) not yet fed
+    ended: bool = False  # end() sent to the current incarnation
+    done: bool = False  # its run is over (summary received), or it is given up
+    restarts: int = 0
+    taking: bool = False  # a take() call is out
+    reviving: bool = False  # restarted: waiting for the new process's first answer
+
+
+class RayJob:
+    """One run of a job on the cluster: the actors, the feeding loop, the answers."""
+
+    def __init__(self, spec: TransformSpec, emit: Emit, options: RayOptions, timeline: RunTimeline, stop=None):
+        self.ray = _ray()
+        self.stop = stop
+        self.spec = spec
+        self.emit = emit
+        self.options = options
+        self.timeline = timeline
+        self.n = spec.instance_count
+        self.chunk = chunk_size(spec)
+        self.summaries = [InstanceSummary(instance=i) for i in range(self.n)]
+        self.fatal: dict[int, str] = {}
+        self.calls: dict = {}  # ray ObjectRef -> (kind, instance, epoch, chunk or None)
+        self.inst = [_Instance(i) for i in range(self.n)]
+        self.exhausted = False
+        self.runtime_env = {"env_vars": forwarded_env()} if options.forward_env else None
+        self.started = time.monotonic()
+
+    # ---- set-up ---------------------------------------------------------------------------
+
+    def _start_actors(self) -> None:
+        from tfbatch.engines.ray_actor import actor_class
+
+        opts = self.options
+        cls = actor_class()
+        for st in self.inst:
+            kwargs = dict(
+                num_cpus=opts.cpus_per_instance, num_gpus=opts.gpus_per_instance,
+                # Ray restarts a dead actor; its calls are not re-run by Ray (max_task_retries=0):
+                # the driver knows which objects the dead process held and feeds them again.
+                max_restarts=opts.max_restarts, max_task_retries=0,
+                # A take() long-polls beside feed() and end() calls.
+                max_concurrency=8,
+            )
+            if self.runtime_env:
+                kwargs["runtime_env"] = self.runtime_env
+            if opts.spread:
+                kwargs["scheduling_strategy"] = "SPREAD"
+            st.actor = cls.options(**kwargs).remote(self.spec.model_dump(), st.index, self.n)
+            self._call("ready", st, st.actor.ready.remote())
+
+    def _inputs(self, inputs: JobInputs) -> Iterator[tuple[int, ObjectRef]]:
+        for pair in inputs:
+            self.timeline.listed = inputs.listed
+            yield pair
+        self.timeline.listed = inputs.listed
+        self.timeline.listing_done_s = time.monotonic() - self.started
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self, inputs: JobInputs | None = None) -> list[InstanceSummary]:
+        if inputs is None:
+            ledger = Ledger.for_spec(self.spec)
+            done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+            inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
+        self._start_actors()
+        try:
+            self._loop(self._inputs(inputs))
+            for i, skipped in enumerate(inputs.skipped):
+                self.summaries[i].skipped += skipped
+            return self._finish()
+        finally:
+            for st in self.inst:
+                try:
+                    self.ray.kill(st.actor, no_restart=True)
+                except Exception:  # already gone
+                    pass
+
+    def _loop(self, inputs: Iterator[tuple[int, ObjectRef]]) -> None:
+        for st in self.inst:
+            self._take(st)
+        while not all(st.done for st in self.inst):
+            self._pull(inputs)
+            for st in self.inst:
+                self._send(st)
+            waiting = sum(len(st.filling) + sum(map(len, st.backlog)) + st.fed - st.taken for st in self.inst)
+            self.timeline.max_waiting = max(self.timeline.max_waiting, waiting)
+            self._collect()
+
+    def _pull(self, inputs: Iterator[tuple[int, ObjectRef]]) -> None:
+        """Read the listing until some instance holds a whole chunk it cannot feed yet (the bound)."""
+        while not self.exhausted:
+            if self.stop is not None and self.stop.is_set():
+                self.exhausted = True  # --max-error-rate: finish what is in flight only
+                for st in self.inst:
+                    st.backlog.clear()
+                    st.filling = []
+                break
+            if any(st.backlog for st in self.inst):
+                break
+            pair = next(inputs, None)
+            if pair is None:
+                self.exhausted = True
+                for st in self.inst:  # the last, partial chunks
+                    self._seal(st)
+                break
+            i, ref = pair
+            st = self.inst[i]
+            if st.done:  # a failed instance's partition is not run, as on the local engine
+                if i not in self.fatal:
+                    self._give_up_refs(st, [ref], "instance given up")
+                continue
+            st.filling.append(ref)
+            if len(st.filling) >= self.chunk:
+                self._seal(st)
+                self._send(st)
+
+    def _seal(self, st: _Instance) -> None:
+        if st.filling:
+            st.backlog.append(st.filling)
+            st.filling = []
+
+    def _send(self, st: _Instance) -> None:
+        if st.done or st.reviving or st.incarnation is None and st.fed:
+            return  # not started (or restarting): the first answer says which process it is
+        # Keep at most two chunks waiting in the actor's inbox: its runner pulls from there as
+        # its dataflow has room, and each chunk it takes wakes a take() that brings the next.
+        while st.backlog and st.fed - st.taken < 2 * self.chunk:
+            self._feed(st, st.backlog.popleft())
+        if self.exhausted and not st.backlog and not st.filling and not st.ended:
+            st.ended = True
+            self._call("end", st, st.actor.end.remote(st.fed))
+
+    def _feed(self, st: _Instance, refs: list[ObjectRef]) -> None:
+        data = None
+        if self.options.remote_read:
+            from tfbatch.engines.ray_actor import read_objects
+
+            kwargs = {"num_cpus": self.options.reader_cpus}
+            if self.runtime_env:
+                kwargs["runtime_env"] = self.runtime_env
+            data = read_objects.options(**kwargs).remote([ref.uri for ref in refs])
+        items = [(ref.uri, ref.key, ref.size) for ref in refs]
+        for ref in refs:
+            st.outstanding[ref.key] = ref
+        st.fed += len(refs)
+        self._call("feed", st, st.actor.feed.remote(items, data), refs)
+        self.timeline.calls += 1
+
+    def _take(self, st: _Instance) -> None:
+        if not st.done and not st.taking and not st.reviving:
+            st.taking = True
+            self._call("take", st, st.actor.take.remote())
+
+    def _call(self, kind: str, st: _Instance, ref, refs: list[ObjectRef] | None = None) -> None:
+        self.calls[ref] = (kind, st.index, st.epoch, refs)
+
+    def _collect(self) -> None:
+        waiting = list(self.calls)
+        if not waiting:
+            return
+        self.ray.wait(waiting, num_returns=1, timeout=None)
+        finished, _ = self.ray.wait(waiting, num_returns=len(waiting), timeout=0)
+        for ref in finished:
+            kind, i, epoch, refs = self.calls.pop(ref)
+            st = self.inst[i]
+            if kind == "take" and epoch == st.epoch:
+                st.taking = False
+            try:
+                answer = self.ray.get(ref)
+            except self.ray.exceptions.RayError as exc:
+                self._on_error(st, kind, epoch, refs, exc)
+                continue
+            if epoch != st.epoch or st.done:
+                continue  # an answer from before a restart the driver already handled
+            if kind == "ready":
+                if answer:
+                    self.fatal[i] = answer
+            elif kind in ("feed", "take"):
+                self._on_answer(st, answer)
+            self._take(st)  # one take always out (none while reviving, or once done)
+
+    def _on_answer(self, st: _Instance, answer) -> None:
+        if st.incarnation is None:
+            st.incarnation = answer.incarnation
+            st.reviving = False
+        elif answer.incarnation != st.incarnation:
+            # Restarted between calls, with no call failing: its inbox and run are new.
+            self._restart(st, f"instance {st.index} restarted")
+            return
+        st.taken = max(st.taken, answer.taken)
+        for result in answer.results:
+            if st.outstanding.pop(result.key, None) is None:
+                continue  # a copy from a re-fed chunk: the object was counted already
+            self._result(st.index, result)
+        if answer.summary is not None:
+            st.done = True
+            if answer.summary.fatal:
+                self.fatal[st.index] = answer.summary.fatal
+            elif st.outstanding:  # never expected: the run ended without answering for some objects
+                log.error("instance %d ended with %d objects unanswered", st.index, len(st.outstanding))
+                self._give_up_refs(st, list(st.outstanding.values()), "the instance ended without answering")
+            # A fatal instance's objects are not reported, as on the local engine.
+            st.outstanding.clear()
+            st.backlog.clear()
+            st.filling = []
+            self.summaries[st.index].batches = answer.summary.batches
+
+    def _on_error(self, st: _Instance, kind: str, epoch: int, refs, exc: BaseException) -> None:
+        ray = self.ray
+        if kind == "feed" and refs and self.options.remote_read and isinstance(exc, ray.exceptions.RayTaskError):
+            # The reader task failed, not the actor: the chunk goes again, read by the actor
+            # itself, so the dataflow reports any failure exactly as the local engine does.
+            for ref in refs:
+                st.outstanding.pop(ref.key, None)
+            st.fed -= len(refs)
+            st.backlog.appendleft(list(refs))
+            return
+        if epoch != st.epoch or st.done:
+            return  # the same death, already handled through another call
+        if kind == "ready":
+            self.fatal[st.index] = f"{type(exc).__name__}: {exc}"
+            self._give_up(st, exc)
+            return
+        self._restart(st, f"{type(exc).__name__}: {exc}")
+
+    def _restart(self, st: _Instance, why: str) -> None:
+        """The actor's process died (Ray restarts it): feed everything it held to the new one."""
+        st.restarts += 1
+        st.epoch += 1
+        if st.restarts > self.options.max_restarts + self.options.resubmits:
+            self._give_up(st, RuntimeError(why))
+            return
+        held = list(st.outstanding.values())
+        log.warning("instance %d: %s; feeding its %d unfinished objects again", st.index, why[:300], len(held))
+        self.timeline.resubmitted += len(held)
+        st.outstanding.clear()
+        st.incarnation, st.fed, st.taken, st.ended, st.taking = None, 0, 0, False, False
+        chunks = [held[k:k + self.chunk] for k in range(0, len(held), self.chunk)]
+        st.backlog.extendleft(reversed(chunks))
+        # Calls made while Ray restarts the actor fail at once, so one empty feed that Ray
+        # retries until the new process answers goes first; its answer names the new
+        # incarnation, and only then do the chunks (and a take) follow.
+        st.reviving = True
+        probe = st.actor.feed.options(max_task_retries=REVIVE_RETRIES).remote([], None)
+        self._call("feed", st, probe)
+
+    def _give_up(self, st: _Instance, exc: BaseException) -> None:
+        st.done = True
+        held = list(st.outstanding.values()) + [ref for chunk in st.backlog for ref in chunk] + st.filling
+        st.outstanding.clear()
+        st.backlog.clear()
+        st.filling = []
+        if st.index not in self.fatal:
+            self._give_up_refs(st, held, f"{type(exc).__name__}: {exc}")
+
+    def _give_up_refs(self, st: _Instance, refs: list[ObjectRef], why: str) -> None:
+        for ref in refs:
+            self._result(st.index, _lost(ref, st.restarts, why))
+
+    def _result(self, i: int, result: ObjectResult) -> None:
+        if self.timeline.first_result_s is None:
+            self.timeline.first_result_s = time.monotonic() - self.started
+            self.timeline.listed_at_first_result = self.timeline.listed
+        self.summaries[i].count(result)
+        self.emit(result)
+
+    def _finish(self) -> list[InstanceSummary]:
+        seconds = time.monotonic() - self.started
+        for st in self.inst:
+            s = self.summaries[st.index]
+            s.seconds = seconds
+            s.fatal = self.fatal.get(st.index)
+            if s.fatal is None:
+                try:  # facts for the timeline only; the outputs and the ledger are complete
+                    self.timeline.actor_pids[st.index] = self.ray.get(st.actor.pid.remote(), timeout=30)
+                    self.timeline.actor_calls[st.index] = self.ray.get(st.actor.calls_received.remote(), timeout=30)
+                except Exception:
+                    log.debug("no timeline facts from instance %d", st.index, exc_info=True)
+        return self.summaries
+
+
+def chunk_size(spec: TransformSpec) -> int:
+    """Keys per feed call: a model batch's worth (or the in-flight invocations), at most ``MAX_CHUNK``."""
+    return max(1, min(MAX_CHUNK, max(spec.concurrency, spec.max_batch_size)))
+
+
+def _lost(ref: ObjectRef, attempts: int, why: str) -> ObjectResult:
+    """An object whose every attempt died with its worker: failed, transient, not in the ledger."""
+    message = f"object lost with its Ray worker after {attempts} restarts: {why}"
+    failure = RecordFailure(ref.key, None, None, message[:2000], 503)
+    return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
