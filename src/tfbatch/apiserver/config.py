@@ -24,8 +24,6 @@ class ApiConfig:
     # Jobs InProgress or Stopping (running or queued) at most; one more is ResourceLimitExceeded,
     # as AWS answers past an account's transform job quota.
     max_jobs_in_progress: int = 100
-    # Import TensorFlow at start-up (local engine), so the first job does not wait for it.
-    preload: bool = True
     region: str = "us-east-1"
     account_id: str = DEFAULT_ACCOUNT
     # (access key id, secret) pairs accepted for SigV4; empty: the server's own credentials.

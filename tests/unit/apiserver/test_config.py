@@ -20,11 +20,10 @@ def test_defaults_bind_loopback_and_flags_reach_the_config(tmp_path):
     config = _config()
     assert (config.host, config.port, config.engine, config.max_concurrent_jobs) == ("127.0.0.1", 8000, "local", 2)
     config = _config("--port", "9001", "--state-dir", str(tmp_path), "--engine", "ray", "--ray-address", "h:6379",
-                     "--max-concurrent-jobs", "3", "--max-jobs-in-progress", "7", "--no-preload",
+                     "--max-concurrent-jobs", "3", "--max-jobs-in-progress", "7",
                      "--region", "eu-west-1")
     assert (config.port, config.state_dir, config.engine, config.ray_address) == (9001, tmp_path, "ray", "h:6379")
-    assert (config.max_concurrent_jobs, config.max_jobs_in_progress, config.preload, config.region) == (
-        3, 7, False, "eu-west-1")
+    assert (config.max_concurrent_jobs, config.max_jobs_in_progress, config.region) == (3, 7, "eu-west-1")
 
 
 def test_credentials_file_is_read_and_bad_lines_never_echo_the_secret(tmp_path):
