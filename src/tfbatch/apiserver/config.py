@@ -27,8 +27,6 @@ class ApiConfig:
     # Endpoints at most: each is a model server process (apiserver.endpoints); one more is
     # ResourceLimitExceeded, as AWS answers past an account's endpoint quota.
     max_endpoints: int = 8
-    # Import TensorFlow at start-up (local engine), so the first job does not wait for it.
-    preload: bool = True
     region: str = "us-east-1"
     account_id: str = DEFAULT_ACCOUNT
     # (access key id, secret) pairs accepted for SigV4; empty: the server's own credentials.

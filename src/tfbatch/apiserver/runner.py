@@ -94,10 +94,6 @@ class JobQueue:
         self._resume_interrupted()
         for t in self.threads:
             t.start()
-        if config.engine == "local" and config.preload:
-            # A local job runs its model in this process: import TensorFlow now, while the server
-            # idles, so the first CreateTransformJob does not pay seconds of import time.
-            threading.Thread(target=_preload, daemon=True, name="preload-tensorflow").start()
 
     # ---- what handlers call --------------------------------------------------------
 
@@ -171,7 +167,6 @@ class JobQueue:
     def _run(self, run: _Run) -> None:
         from tfbatch.api import run_transform
         from tfbatch.apiserver.jobspec import spec_for_job
-        from tfbatch.engines import get_engine
         from tfbatch.errors import ConfigError, TfbatchError
 
         doc = self.state.get(KIND, run.name)
@@ -194,8 +189,7 @@ class JobQueue:
             if model is None:
                 raise ConfigError(f"model {doc['ModelName']!r} was deleted before the job started")
             spec = spec_for_job(doc, model, resumed=run.resumed)
-            options = {"address": self.config.ray_address} if self.config.engine == "ray" else {}
-            run.engine = _StoppableEngine(get_engine(self.config.engine, **options), run.stop)
+            run.engine = _StoppableEngine(self._engine(), run.stop)
             if run.stop.is_set():
                 run.engine.wake.set()
             job_log.write(f"tfbatch transform job {run.name}: model {spec.model}, input "
@@ -230,22 +224,23 @@ class JobQueue:
         else:
             self._finish(run.name, "Failed", _reason(report))
 
+    def _engine(self) -> Any:
+        from tfbatch.engines import get_engine
+
+        if self.config.engine == "local":
+            from tfbatch.engines.local import LocalEngine
+
+            # Each job in worker processes of its own: jobs run side by side, and endpoints are
+            # started from this process, so no job's environment may leak into it.
+            return LocalEngine(isolated=True)
+        return get_engine(self.config.engine, address=self.config.ray_address)
+
     def _finish(self, name: str, status: str, reason: str | None) -> None:
         now = time.time()
         fields: dict[str, Any] = {"TransformJobStatus": status, "TransformEndTime": now, "LastModifiedTime": now}
         if reason:
             fields["FailureReason"] = reason[:MAX_REASON]
         self.state.update(KIND, name, **fields)
-
-
-def _preload() -> None:
-    try:
-        import tfbatch.api  # noqa: F401 - the job path, imported once
-        from tfbatch.runtime.tf_import import import_tensorflow
-
-        import_tensorflow()
-    except Exception:  # noqa: BLE001 - only a head start; the first job imports (and reports) it again
-        log.debug("preloading TensorFlow failed", exc_info=True)
 
 
 def _client_errors() -> tuple[type, ...]:

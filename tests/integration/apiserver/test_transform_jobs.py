@@ -342,3 +342,52 @@ def test_failed_records_fail_the_job_as_on_aws_but_keep_the_good_outputs(api_ser
     described = _wait(sm, "gone-job", fails=True)
     assert described["TransformJobStatus"] == "Failed"
     assert described["FailureReason"].startswith("ClientError") and "no-such-model" in described["FailureReason"]
+
+
+ENV_SCRIPT = '''
+import json
+import os
+
+
+def input_handler(data, context):
+    return json.dumps({"instances": [json.loads(data.read())]})
+
+
+def output_handler(response, context):
+    seen = {k: os.environ.get(k) for k in ("TFBATCH_TEST_MARKER", "SAGEMAKER_BATCH")}
+    return json.dumps(seen), "application/json"
+'''
+
+
+def test_each_job_sees_only_its_own_environment(make_api_server, tmp_path, api_linear_model):
+    from tfbatch.artifact import package
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(ENV_SCRIPT)
+    archive = package([str(api_linear_model)], tmp_path / "model.tar.gz", code_dir=code)
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "2").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="env", ExecutionRoleArn=ROLE, PrimaryContainer=_container(archive.as_uri()))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "row.json").write_text(json.dumps([1.0, 2.0, 3.0]))
+
+    def job(name: str, **extra) -> dict:
+        request = _job(name, "env", inp.as_uri() + "/", (tmp_path / name).as_uri() + "/", **extra)
+        request["TransformInput"]["SplitType"] = "None"
+        return request
+
+    sm.create_transform_job(**job("job-a", Environment={"TFBATCH_TEST_MARKER": "a"}))
+    sm.create_transform_job(**job("job-b", Environment={"TFBATCH_TEST_MARKER": "b"}))
+    seen = {}
+    for name in ("job-a", "job-b"):
+        assert _wait(sm, name)["TransformJobStatus"] == "Completed"
+        seen[name] = json.loads((tmp_path / name / "row.json.out").read_text())
+    assert seen == {"job-a": {"TFBATCH_TEST_MARKER": "a", "SAGEMAKER_BATCH": "true"},
+                    "job-b": {"TFBATCH_TEST_MARKER": "b", "SAGEMAKER_BATCH": "true"}}
+    # Nothing of theirs stayed in the server's environment, which later jobs' workers inherit.
+    sm.create_transform_job(**job("job-c"))
+    assert _wait(sm, "job-c")["TransformJobStatus"] == "Completed"
+    assert json.loads((tmp_path / "job-c" / "row.json.out").read_text()) == {
+        "TFBATCH_TEST_MARKER": None, "SAGEMAKER_BATCH": "true"}
