@@ -65,6 +65,7 @@ class InstanceRunner:
         self.pipeline: ObjectPipeline | None = None
         self._saved_env: dict[str, str | None] = {}
         self.precision_options: dict[str, bool] = {}
+        self._predict = None  # the dataflow's in-process predict stage, when it has one
 
     def open(self) -> "InstanceRunner":
         from tfbatch.handlers.stack import build_stack
@@ -125,6 +126,9 @@ class InstanceRunner:
         return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
 
     def close(self) -> None:
+        if self._predict is not None:
+            self._predict.close()
+            self._predict = None
         if self.invoker is not None:
             self.invoker.close()
         if self.pool is not None:
@@ -158,24 +162,31 @@ class InstanceRunner:
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
     def _lane(self, job_rows=None):
-        """The batch lane when this job fits it (no script, one image per object), else None."""
+        """Which predict stage the job's dataflow runs (None: the per-object pipeline alone).
+
+        A model with code/inference.py and a handler pool: ``PooledService.invoke_many`` (the
+        hooks in worker processes). No script and an image-bytes signature: the batch lane's
+        in-graph decode. Any other job with no script: the in-process service, hops of
+        requests in flight together.
+        """
         from tfbatch.transform.batched import BatchLane, lane_blocker
+        from tfbatch.transform.dataflow import Dataflow, InProcessPredict
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
-            from tfbatch.transform.script_lane import ScriptLane, script_lane_blocker
-
-            reason = script_lane_blocker(self.spec, self.invoker.service)
-            if reason is not None:
-                log.debug("per-object path (handler pool): %s", reason)
-                return None
-            # One batch in the model while each worker process holds another.
-            return ScriptLane(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
-                              threads=self.pool.size + 1)
+            # One chunk in the model while each worker process holds another.
+            pool = self.pool
+            return Dataflow(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
+                            threads=pool.size + 1, stats=lambda: pool.stats)
+        if self.stack.service.handlers is not None:
+            return None  # --handler-workers 0: the script runs in this process, per object
         reason = lane_blocker(self.spec, self.stack.service)
         if reason is not None:
-            log.debug("per-object path: %s", reason)
-            return None
+            log.debug("dataflow, in-process predict: %s", reason)
+            self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
+            server = self.stack.model_server
+            return Dataflow(self.spec, self._predict, self.ledger, batch_size=self.spec.max_batch_size,
+                            threads=2, stats=lambda: {"batcher": server.batcher_stats()})
         tuner = None
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe

@@ -133,11 +133,13 @@ def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path,
     assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 600
 
 
-def test_scripts_split_jobs_and_json_keep_the_per_object_path(tmp_path, savedmodel, images):
+def test_other_jobs_take_the_dataflow_and_failures_run_alone(tmp_path, savedmodel, images):
     report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "o"),
                            content_type="application/octet-stream")
     assert report.failed == 11  # the service refuses that type, as before
-    assert all(stats["lane"] == "per-object" for stats in report.to_dict()["batches"].values())
+    (stats,) = report.to_dict()["batches"].values()
+    # Every refused object ran again on the per-object pipeline, which reported it.
+    assert stats["lane"] == "dataflow" and stats["objects_run_alone"] == 11 and stats["objects"] == 0
 
 
 def _code(tmp_path: Path, script: str) -> Path:
