@@ -1,4 +1,4 @@
-"""Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/script_lane.py).
+"""Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/dataflow.py).
 
 Each job runs twice, with ``handler_workers=0`` (the hooks in the instance's own process,
 the path every earlier release took) and with the pool, and the two must agree byte for
