@@ -6,24 +6,24 @@ One list of stages, each a method below, run batch at a time by a few dataflow t
  -> read the chunk's objects in parallel             _read      (I/O threads; local and S3)
  -> split into records, form payloads                _split     (None/Line/RecordIO/TFRecord, gzip, caps)
  -> form requests                                    _requests  (input_filter)
- -> predict, many requests per hop                   _predict   (a stage choice, see below)
- -> responses back to records                        _outputs   (split_multi_response, output_filter / JoinSource)
- -> assemble each object in record order, write      _write     (atomic, not fsynced)
- -> group commit                                     ledger.record (one syncfs + journal per group)
+ -> predict, across objects, many requests per hop   _predict   (a stage choice, see below)
+ -> responses to records, assemble, write, commit    ObjectPipeline.complete (split_multi_response,
+                                                     output_filter / JoinSource, Assembler in record
+                                                     order, atomic write, ledger group commit)
 
 The predict stage is a choice made once per job (``InstanceRunner``): the handler pool's
 ``PooledService.invoke_many`` (``input_handler``, the request decode, ``output_handler`` in
 worker processes, one joint model call per hop), or the in-process ``InferenceService``
 with the hop's requests in flight together so the model server's batcher joins them.
-Either way a request answers exactly what ``invoke`` answers for it alone, and the stages
-around it are the per-object pipeline's own functions, so outputs are byte for byte the same.
+Either way a request answers exactly what ``invoke`` answers for it alone.
 
-Only the plain case is done here: an object whose every payload was answered 200 and
-whose outputs all post-processed. Anything else (unreadable, too large to hold, a payload
-error, a failed request, a bad output) runs again, from its first byte, through the
-per-object pipeline, whose retries, isolation and error lines report it exactly as
-before; nothing of such an object is written here. Objects larger than ``max_object_bytes``
-(compressed or not) also go there, because that pipeline streams them in bounded memory.
+The last stage is the per-object pipeline's own, fed answers instead of invoking: a failed
+answer gets the same retries (transient statuses), isolation (a 400 rerun unbatched),
+record-by-record rerun of a MultiRecord payload and error line there, so a bad record costs
+one line and good records never run twice. An object this flow cannot hold (unreadable,
+larger than ``max_object_bytes`` raw or split, a stream that breaks while splitting) never
+reached user code here; the pipeline runs it from its first byte, streaming, in bounded
+memory, and reports it as it always has.
 """
 
 from __future__ import annotations
@@ -41,11 +41,10 @@ from typing import Any
 
 from tfbatch.errors import RequestTimeout, TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
-from tfbatch.records import Assembler, DataProcessor, Payload, form_payloads, iter_records, open_input, \
-    split_multi_response
-from tfbatch.storage import ObjectRef, atomic_write
+from tfbatch.records import DataProcessor, Payload, form_payloads, iter_records, open_input
+from tfbatch.storage import ObjectRef
 from tfbatch.storage.io import read_small
-from tfbatch.transform.report import ObjectResult
+from tfbatch.transform.report import ObjectResult, RecordFailure
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +59,16 @@ HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requ
 class _Object:
     """One input object in flight: its payloads, request bodies, then its output parts."""
 
-    __slots__ = ("ref", "had_error_file", "data", "payloads", "bodies", "responses", "started")
+    __slots__ = ("ref", "had_error_file", "data", "payloads", "bodies", "errors", "responses")
 
     def __init__(self, ref: ObjectRef, had_error_file: bool):
         self.ref = ref
         self.had_error_file = had_error_file
         self.data: bytes | None = None
         self.payloads: list[Payload] | None = None
-        self.bodies: list[bytes] = []
-        self.responses: list[InvocationResponse] = []
-        self.started = time.monotonic()
+        self.bodies: list[bytes] = []  # one per payload that reaches the model
+        self.errors: list[TfbatchError | None] = []  # one per payload
+        self.responses: list[InvocationResponse] = []  # one per body
 
 
 class InProcessPredict:
@@ -103,12 +102,12 @@ class InProcessPredict:
 class Dataflow:
     """Runs one instance's objects through the stages; ``predict`` has ``invoke_many``."""
 
-    def __init__(self, spec: Any, predict: Any, ledger: Any, *, batch_size: int, threads: int,
+    def __init__(self, spec: Any, predict: Any, pipeline: Any, *, batch_size: int, threads: int,
                  io_threads: int = 8, max_object_bytes: int = MAX_OBJECT_BYTES,
                  stats: Callable[[], dict] | None = None):
         self.spec = spec
         self.predict = predict
-        self.ledger = ledger
+        self.pipeline = pipeline  # assembles, writes and records each object (transform/pipeline.py)
         self.batch_size = max(1, batch_size)
         self.threads = max(1, threads)
         self.io_threads = max(1, io_threads)
@@ -157,8 +156,8 @@ class Dataflow:
             payloads, total = [], 0
             for payload in form_payloads(records, spec.batch_strategy, spec.max_payload_bytes, source=key):
                 total += len(payload.body)
-                if payload.error is not None or total > self.max_object_bytes:
-                    return  # a bad record, or a gzip body too large to hold: the pipeline streams it
+                if total > self.max_object_bytes:
+                    return  # e.g. a gzip body too large to hold: the pipeline streams it
                 payloads.append(payload)
         except Exception:  # noqa: BLE001 - e.g. a corrupt gzip stream: reported by the pipeline
             return
@@ -168,13 +167,18 @@ class Dataflow:
             return  # an empty body is bad input: the pipeline says so
         obj.payloads = payloads
 
-    def _requests(self, obj: _Object) -> bool:
-        try:
-            obj.bodies = [self.processor.filter_input(p.body) if self.processor.active else p.body
-                          for p in obj.payloads]
-        except TfbatchError:
-            return False
-        return True
+    def _requests(self, obj: _Object) -> None:
+        """A body per payload that reaches the model; an error for one that cannot (bad record, filter)."""
+        obj.bodies, obj.errors = [], []
+        for payload in obj.payloads:
+            error = payload.error
+            if error is None:
+                try:
+                    obj.bodies.append(self.processor.filter_input(payload.body) if self.processor.active
+                                      else payload.body)
+                except TfbatchError as exc:
+                    error = exc
+            obj.errors.append(error)
 
     def _predict(self, objs: list[_Object]) -> None:
         """Every request of the chunk, across objects, in hops of ``batch_size`` requests."""
@@ -195,77 +199,43 @@ class Dataflow:
                 self.requests += len(reqs)
             start = end
 
-    def _outputs(self, obj: _Object) -> list[bytes] | None:
-        """The object's output parts in record order, as the per-object pipeline adds them."""
-        parts: list[bytes] = []
-        for payload, response in zip(obj.payloads, obj.responses):
-            if not response.ok:
-                return None
-            outputs = split_multi_response(payload, response.body)
-            try:
-                if outputs is None:  # the response answers the payload as a whole
-                    parts.append(self._post(payload.body, response.body))
-                else:
-                    parts.extend(self._post(r.data, out) for r, out in zip(payload.records, outputs))
-            except TfbatchError:
-                return None
-        return parts
-
-    def _post(self, record_data: bytes, output: bytes) -> bytes:
-        return self.processor.process_output(record_data, output) if self.processor.active else output
-
-    def _write(self, obj: _Object, outputs: list[bytes]) -> ObjectResult:
-        from tfbatch.transform.batched import ListSink
-        from tfbatch.transform.pipeline import output_uri
-
-        parts: list[bytes] = []
-        assembler = Assembler(self.spec.assemble_with, ListSink(parts))
-        for output in outputs:
-            assembler.add(output)
-        # Not fsynced: the ledger's group commit makes the group's outputs durable before
-        # its journal says they are done.
-        atomic_write(output_uri(self.spec, obj.ref.key), parts, durable=False)
-        return ObjectResult(key=obj.ref.key, ok=True, records=sum(len(p.records) for p in obj.payloads),
-                            output_bytes=assembler.bytes_written, written=True,
-                            seconds=time.monotonic() - obj.started)
-
     # ---- driver -----------------------------------------------------------------------
 
     def _chunk(self, objs: list[_Object], reader: ThreadPoolExecutor, finished: Finished,
                fallback: Fallback) -> None:
         for _ in reader.map(self._read, objs):
             pass
-        plain: list[_Object] = []
+        formed: list[_Object] = []
         for obj in objs:
             if obj.data is not None:
                 self._split(obj)
-            if obj.payloads is not None and self._requests(obj):
-                plain.append(obj)
+            if obj.payloads is None:
+                # Nothing of it reached user code or the model: the pipeline runs it from its first byte.
+                with self._lock:
+                    self.fallbacks += 1
+                finished(fallback(obj.ref, obj.had_error_file))
             else:
-                self._fallback(obj, finished, fallback)
-        self._predict(plain)
-        for obj in plain:
-            outputs = self._outputs(obj)
-            result = None
-            if outputs is not None:
-                try:
-                    result = self._write(obj, outputs)
-                except Exception:  # noqa: BLE001 - e.g. the write failed: the pipeline reports it
-                    log.debug("writing %s failed; object runs alone", obj.ref.key, exc_info=True)
-            if result is None:
-                self._fallback(obj, finished, fallback)
-                continue
-            self.ledger.record(result)
+                self._requests(obj)
+                formed.append(obj)
+        self._predict(formed)
+        for obj in formed:
+            answers = iter(obj.responses)
+            answered = [(p, None, err) if err is not None else (p, next(answers), None)
+                        for p, err in zip(obj.payloads, obj.errors)]
+            result = self._complete(obj, answered)
             with self._lock:
                 self.objects += 1
             finished(result)
-        for obj in objs:
-            obj.payloads = obj.bodies = obj.responses = None  # type: ignore[assignment]
+            obj.payloads = obj.bodies = obj.responses = obj.errors = None  # type: ignore[assignment]
 
-    def _fallback(self, obj: _Object, finished: Finished, fallback: Fallback) -> None:
-        with self._lock:
-            self.fallbacks += 1
-        finished(fallback(obj.ref, obj.had_error_file))
+    def _complete(self, obj: _Object, answered: list) -> ObjectResult:
+        """Assemble, write and record the object; failed answers are retried or isolated there."""
+        try:
+            return self.pipeline.complete(obj.ref, answered, had_error_file=obj.had_error_file)
+        except Exception as exc:  # e.g. the ledger write failed after retries
+            log.exception("object %s failed", obj.ref.key)
+            failure = RecordFailure.from_exception(obj.ref.key, None, None, exc)
+            return ObjectResult(key=obj.ref.key, ok=False, failed_records=1, failures=[failure])
 
     def run(self, refs: Iterable[tuple[ObjectRef, bool]], fallback: Fallback, finished: Finished) -> None:
         """``refs`` yields (object, had an error file); every object ends in ``finished`` once."""

@@ -176,7 +176,7 @@ class InstanceRunner:
         if self.pool is not None:
             # One chunk in the model while each worker process holds another.
             pool = self.pool
-            return Dataflow(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
+            return Dataflow(self.spec, self.invoker.service, self.pipeline, batch_size=self.spec.max_batch_size,
                             threads=pool.size + 1, stats=lambda: pool.stats)
         if self.stack.service.handlers is not None:
             return None  # --handler-workers 0: the script runs in this process, per object
@@ -185,7 +185,7 @@ class InstanceRunner:
             log.debug("dataflow, in-process predict: %s", reason)
             self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
             server = self.stack.model_server
-            return Dataflow(self.spec, self._predict, self.ledger, batch_size=self.spec.max_batch_size,
+            return Dataflow(self.spec, self._predict, self.pipeline, batch_size=self.spec.max_batch_size,
                             threads=2, stats=lambda: {"batcher": server.batcher_stats()})
         tuner = None
         if self.spec.autotune:
