@@ -35,11 +35,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import wait as wait_all
 from typing import Any
 
-from tfbatch.errors import RequestTimeout, TfbatchError
+from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
 from tfbatch.records import DataProcessor, Payload, form_payloads, iter_records, open_input
 from tfbatch.storage import ObjectRef
@@ -71,40 +69,12 @@ class _Object:
         self.responses: list[InvocationResponse] = []  # one per body
 
 
-class InProcessPredict:
-    """The predict stage without a handler pool: the hop's requests in flight together.
-
-    ``InferenceService.invoke`` one request per thread, so the model server's dynamic
-    batcher joins their rows into model batches; a stuck call answers a timeout (the
-    per-object pipeline then runs that object again, with its own timeout and retries).
-    """
-
-    def __init__(self, service: Any, threads: int):
-        self.service = service
-        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="predict")
-
-    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
-        futures = [self.pool.submit(self.service.invoke, req) for req in reqs]
-        wait_all(futures, timeout=timeout_s)
-        out = []
-        for future in futures:
-            try:
-                out.append(future.result(timeout=0))
-            except FutureTimeout:
-                err = RequestTimeout(f"invocation did not answer within InvocationsTimeoutInSeconds={timeout_s:g}")
-                out.append(InvocationResponse.from_error(err))
-        return out
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
 class Dataflow:
     """Runs one instance's objects through the stages; ``predict`` has ``invoke_many``."""
 
     def __init__(self, spec: Any, predict: Any, pipeline: Any, *, batch_size: int, threads: int,
-                 io_threads: int = 8, max_object_bytes: int = MAX_OBJECT_BYTES,
-                 stats: Callable[[], dict] | None = None):
+                 io_threads: int = 8, max_object_bytes: int = MAX_OBJECT_BYTES, max_in_flight: int | None = None,
+                 stats: Callable[[], dict] | None = None, chosen_by: dict[str, str] | None = None):
         self.spec = spec
         self.predict = predict
         self.pipeline = pipeline  # assembles, writes and records each object (transform/pipeline.py)
@@ -115,7 +85,10 @@ class Dataflow:
         self.processor = DataProcessor(spec.input_filter, spec.output_filter, spec.join_source,
                                        spec.content_type, spec.accept)
         self.limit = spec.max_payload_bytes or 0
-        self.extra = stats or dict  # the predict stage's own figures (the handler pool's hops), read at the end
+        # MaxConcurrentTransforms, when given, caps the objects in flight (never below one chunk).
+        self.max_in_flight = max_in_flight
+        self.extra = stats or dict  # the predict stage's own figures (pool hops, batch sizes), read at the end
+        self.chosen_by = chosen_by  # for the report: which flag, default or the tuner set each knob
         self._lock = threading.Lock()
         self.hops = 0
         self.requests = 0
@@ -124,17 +97,22 @@ class Dataflow:
 
     # ---- stages -----------------------------------------------------------------------
 
-    def _chunks(self, refs: Iterable[tuple[ObjectRef, bool]]) -> Iterator[list[_Object]]:
+    def _next_size(self) -> int:
+        """Objects per chunk and requests per hop: the tuner's current size, else ``batch_size``."""
+        pick = getattr(self.predict, "next_size", None)
+        return pick(self.batch_size) if pick is not None else self.batch_size
+
+    def _chunks(self, refs: Iterable[tuple[ObjectRef, bool]]) -> Iterator[tuple[list[_Object], int]]:
         chunk: list[_Object] = []
-        size = 0
+        size, want = 0, self._next_size()
         for ref, had_error in refs:
             chunk.append(_Object(ref, had_error))
             size += ref.size or 0
-            if len(chunk) >= self.batch_size or size >= CHUNK_BYTES:
-                yield chunk
-                chunk, size = [], 0
+            if len(chunk) >= want or size >= CHUNK_BYTES:
+                yield chunk, want
+                chunk, size, want = [], 0, self._next_size()
         if chunk:
-            yield chunk
+            yield chunk, want
 
     def _read(self, obj: _Object) -> None:
         """The whole object, or nothing when it is larger than this stage holds (or unreadable)."""
@@ -180,13 +158,13 @@ class Dataflow:
                     error = exc
             obj.errors.append(error)
 
-    def _predict(self, objs: list[_Object]) -> None:
-        """Every request of the chunk, across objects, in hops of ``batch_size`` requests."""
+    def _predict(self, objs: list[_Object], hop: int) -> None:
+        """Every request of the chunk, across objects, in hops of ``hop`` requests."""
         flat = [(obj, body) for obj in objs for body in obj.bodies]
         start = 0
         while start < len(flat):
             end, size = start, 0
-            while end < len(flat) and end - start < self.batch_size and (end == start or size < HOP_BYTES):
+            while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
                 size += len(flat[end][1])
                 end += 1
             reqs = [InvocationRequest(body=body, content_type=self.spec.content_type, accept=self.spec.accept)
@@ -201,7 +179,7 @@ class Dataflow:
 
     # ---- driver -----------------------------------------------------------------------
 
-    def _chunk(self, objs: list[_Object], reader: ThreadPoolExecutor, finished: Finished,
+    def _chunk(self, objs: list[_Object], hop: int, reader: ThreadPoolExecutor, finished: Finished,
                fallback: Fallback) -> None:
         for _ in reader.map(self._read, objs):
             pass
@@ -217,7 +195,7 @@ class Dataflow:
             else:
                 self._requests(obj)
                 formed.append(obj)
-        self._predict(formed)
+        self._predict(formed, hop)
         for obj in formed:
             answers = iter(obj.responses)
             answered = [(p, None, err) if err is not None else (p, next(answers), None)
@@ -238,19 +216,38 @@ class Dataflow:
             return ObjectResult(key=obj.ref.key, ok=False, failed_records=1, failures=[failure])
 
     def run(self, refs: Iterable[tuple[ObjectRef, bool]], fallback: Fallback, finished: Finished) -> None:
-        """``refs`` yields (object, had an error file); every object ends in ``finished`` once."""
-        pending: deque[Future] = deque()
+        """``refs`` yields (object, had an error file); every object ends in ``finished`` once.
+
+        ``threads`` chunks run at once (reads, splitting and the model overlap: TensorFlow and
+        the handler pool work off the GIL) and one more waits, so memory is bounded by chunks.
+        """
+        pending: deque[tuple[int, Future]] = deque()
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
-            for chunk in self._chunks(refs):
-                pending.append(flows.submit(self._chunk, chunk, reader, finished, fallback))
-                while len(pending) > self.threads:  # bounded: one chunk queued behind the running ones
-                    pending.popleft().result()
+            for chunk, hop in self._chunks(refs):
+                while self.max_in_flight and pending and \
+                        sum(n for n, _ in pending) + len(chunk) > self.max_in_flight:
+                    pending.popleft()[1].result()
+                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reader, finished, fallback)))
+                while len(pending) > self.threads:
+                    pending.popleft()[1].result()
             while pending:
-                pending.popleft().result()
+                pending.popleft()[1].result()
+
+    @property
+    def in_flight_objects(self) -> int:
+        """Objects read or being run at most at once: the chunks the driver keeps submitted."""
+        tuner = getattr(self.predict, "tuner", None)
+        size = self.batch_size if tuner is None else tuner.chosen
+        natural = size * (self.threads + 1)
+        return min(natural, max(size, self.max_in_flight)) if self.max_in_flight else natural
 
     @property
     def stats(self) -> dict[str, Any]:
-        return {"lane": "dataflow", "batches": self.hops, "rows": self.requests, "objects": self.objects,
-                "max_batch_size": self.batch_size, "lane_threads": self.threads,
-                "objects_run_alone": self.fallbacks, **self.extra()}
+        tuner = getattr(self.predict, "tuner", None)
+        extra = self.extra()
+        return {"lane": "dataflow", "predict": getattr(self.predict, "name", "handler-pool"),
+                "batches": self.hops, "rows": self.requests, "objects": self.objects,
+                "max_batch_size": self.batch_size if tuner is None else tuner.chosen,
+                "workers": self.threads, "in_flight_objects": self.in_flight_objects, "chosen_by": self.chosen_by,
+                **extra, "objects_run_alone": self.fallbacks + extra.get("objects_run_alone", 0)}

@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
@@ -161,16 +160,16 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
-    def _lane(self, job_rows=None):
-        """Which predict stage the job's dataflow runs (None: the per-object pipeline alone).
+    def _dataflow(self, job_rows=None):
+        """The job's dataflow with its predict stage (transform/predict.py), chosen once here.
 
         A model with code/inference.py and a handler pool: ``PooledService.invoke_many`` (the
-        hooks in worker processes). No script and an image-bytes signature: the batch lane's
-        in-graph decode. Any other job with no script: the in-process service, hops of
-        requests in flight together.
+        hooks in worker processes). No script, an image content type and an image-bytes
+        signature: ``ImageBatchPredict`` (decode in the graph, batch size tuned on the job).
+        Anything else (no script, or --handler-workers 0): the in-process service.
         """
-        from tfbatch.transform.batched import BatchLane, lane_blocker
-        from tfbatch.transform.dataflow import Dataflow, InProcessPredict
+        from tfbatch.transform.dataflow import Dataflow
+        from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
@@ -178,15 +177,12 @@ class InstanceRunner:
             pool = self.pool
             return Dataflow(self.spec, self.invoker.service, self.pipeline, batch_size=self.spec.max_batch_size,
                             threads=pool.size + 1, stats=lambda: pool.stats)
-        if self.stack.service.handlers is not None:
-            return None  # --handler-workers 0: the script runs in this process, per object
-        reason = lane_blocker(self.spec, self.stack.service)
+        reason = image_batch_blocker(self.spec, self.stack.service)
         if reason is not None:
             log.debug("dataflow, in-process predict: %s", reason)
-            self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
-            server = self.stack.model_server
-            return Dataflow(self.spec, self._predict, self.pipeline, batch_size=self.spec.max_batch_size,
-                            threads=2, stats=lambda: {"batcher": server.batcher_stats()})
+            predict = self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
+            return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
+                            threads=2, stats=lambda: predict.stats)
         tuner = None
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe
@@ -196,9 +192,12 @@ class InstanceRunner:
                      "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 1)"}
-        return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
-                         workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
-                         max_in_flight=self.spec.max_concurrent_transforms, chosen_by=chosen_by)
+        predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
+                                                    tuner=tuner)
+        return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
+                        threads=self.spec.lane_workers or max(2, os.cpu_count() or 1),
+                        max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,
+                        chosen_by=chosen_by)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
@@ -235,18 +234,13 @@ class InstanceRunner:
                     continue
                 yield ref
 
-        lane = self._lane(job_rows=counted.rows)
+        flow = self._dataflow(job_rows=counted.rows)
         try:
-            if lane is not None:
-                lane.run(((ref, ref.key in with_errors) for ref in todo()),
-                         lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
-                name = lane.stats.get("name") or self._signature_name()
-                summary.batches = {name: {**lane.stats, "precision": self.spec.precision}}
-            else:
-                self._run_objects(todo(), with_errors, finished)
-                pool = {} if self.pool is None else self.pool.stats
-                summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision, **pool}
-                                   for name, stats in self.stack.model_server.batcher_stats().items()}
+            flow.run(((ref, ref.key in with_errors) for ref in todo()),
+                     lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+            stats = flow.stats
+            name = stats.pop("name", None) or self._signature_name()
+            summary.batches = {name: {**stats, "precision": self.spec.precision}}
         finally:
             self.ledger.close()  # the last group's commit
         if partition is not None:
@@ -257,19 +251,3 @@ class InstanceRunner:
     def _signature_name(self) -> str:
         servable = self.stack.model_server.resolve(None)
         return f"{servable.name}/{servable.version}/{servable.default_signature}"
-
-    def _run_objects(self, refs: Iterable[ObjectRef], with_errors, finished: Emit) -> None:
-        # Objects in flight: enough for every invocation slot to hold one single-payload object.
-        in_flight = max(1, self.spec.concurrency)
-        slots = threading.BoundedSemaphore(in_flight)
-
-        def one(ref: ObjectRef) -> None:
-            try:
-                finished(self.process(ref, had_error_file=ref.key in with_errors))
-            finally:
-                slots.release()
-
-        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix=f"object-{self.instance}") as pool:
-            for ref in refs:
-                slots.acquire()
-                pool.submit(one, ref)

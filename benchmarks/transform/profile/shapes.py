@@ -1,0 +1,204 @@
+"""Quick before/after check of the dataflow on shapes the image bench does not cover, one run.
+
+Shapes (tiny model, real JPEGs from :mod:`benchmarks.common.dataset`):
+
+- ``tfrecord``: N JPEGs in 10 TFRecord shards of ``tf.train.Example`` (``image/encoded``),
+  SplitType TFRecord, SingleRecord, AssembleWith Line, and an ``inference.py`` that parses the
+  Example and base64-wraps the image (seed 004's second job);
+- ``csv``: 20 files of CSV lines of 32 floats, SplitType Line, MultiRecord, no script, a
+  float-input model.
+
+For each shape: ``tfbatch transform`` (the CLI, a fresh process) with ``PYTHONPATH`` at each
+``--src`` given (e.g. the main checkout's ``src`` = before, a branch's = after), and an expert
+tf.data script doing the same job, side by side, whole processes, wall seconds.
+
+    python -m benchmarks.transform.profile.shapes --src before=/work/main/src --src after=src \\
+        --shapes tfrecord,csv --images 2000 --out benchmarks/transform/profile/shapes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PARSE_SCRIPT = '''\
+import base64
+import json
+
+import tensorflow as tf
+
+
+def input_handler(data, context):
+    example = tf.train.Example.FromString(data.read())
+    encoded = example.features.feature["image/encoded"].bytes_list.value[0]
+    return json.dumps({"instances": [{"b64": base64.b64encode(encoded).decode("utf-8")}]})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
+TFDATA_TFRECORD = '''
+import json, sys, time
+from pathlib import Path
+import tensorflow as tf
+from benchmarks.common.models import SERVING_TENSOR, decode_and_resize
+model, inp, out = sys.argv[1:4]
+loaded = tf.saved_model.load(model)
+predict = loaded.signatures[SERVING_TENSOR]
+size = int(predict.structured_input_signature[1]["images"].shape[1])
+Path(out).mkdir(parents=True, exist_ok=True)
+spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
+for shard in sorted(Path(inp).iterdir()):
+    ds = (tf.data.TFRecordDataset(str(shard))
+          .map(lambda r: decode_and_resize(tf.io.parse_single_example(r, spec)["image/encoded"], size),
+               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+          .batch(16).prefetch(tf.data.AUTOTUNE))
+    lines = []
+    for batch in ds:
+        r = predict(images=batch)
+        for p, c in zip(r["probabilities"].numpy(), r["classes"].numpy()):
+            lines.append(json.dumps({"predictions": [{"classes": int(c), "probabilities": p.astype(float).tolist()}]}))
+    (Path(out) / (shard.name + ".out")).write_text("\\n".join(lines) + "\\n")
+'''
+
+TFDATA_CSV = '''
+import json, sys
+from pathlib import Path
+import tensorflow as tf
+model, inp, out = sys.argv[1:4]
+predict = tf.saved_model.load(model).signatures["serving_default"]
+Path(out).mkdir(parents=True, exist_ok=True)
+for f in sorted(Path(inp).iterdir()):
+    ds = (tf.data.TextLineDataset(str(f))
+          .map(lambda line: tf.io.decode_csv(line, [[0.0]] * 32), num_parallel_calls=tf.data.AUTOTUNE)
+          .map(lambda *cols: tf.stack(cols)).batch(1024).prefetch(tf.data.AUTOTUNE))
+    lines = []
+    for batch in ds:
+        (y,) = predict(x=batch).values()
+        lines.extend(json.dumps({"predictions": row}) for row in y.numpy().astype(float).tolist())
+    (Path(out) / (f.name + ".out")).write_text("\\n".join(lines) + "\\n")
+'''
+
+
+def _tfrecord_inputs(work: Path, images: int) -> tuple[Path, Path, Path, list[str]]:
+    import tensorflow as tf
+
+    from benchmarks.common.dataset import ensure_dataset
+    from benchmarks.common.models import ensure_artifact, savedmodel_dir
+    from tfbatch.artifact import package
+
+    folder = ensure_artifact("tiny", work)
+    jpegs = sorted(ensure_dataset(work / "jpegs", images).iterdir())
+    shards = work / f"tfrecord-{images}"
+    if not shards.exists():
+        partial = work / "partial-shards"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        per = -(-len(jpegs) // 10)
+        for n in range(10):
+            with tf.io.TFRecordWriter(str(partial / f"shard-{n:02d}.tfrecord")) as writer:
+                for path in jpegs[n * per:(n + 1) * per]:
+                    feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.read_bytes()]))}
+                    writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        partial.rename(shards)
+    archive = work / "tiny-parse.tar.gz"
+    if not archive.exists():
+        code = work / "parse-code"
+        code.mkdir(exist_ok=True)
+        (code / "inference.py").write_text(PARSE_SCRIPT)
+        package([savedmodel_dir(folder)], archive, code_dir=code, versions=[1])
+    flags = ["--content-type", "application/x-tfexample", "--split-type", "TFRecord",
+             "--assemble-with", "Line", "--batch-strategy", "SingleRecord"]
+    return archive, shards, savedmodel_dir(folder), flags
+
+
+def _csv_inputs(work: Path, images: int) -> tuple[Path, Path, Path, list[str]]:
+    import numpy as np
+    import tensorflow as tf
+
+    from tfbatch.artifact import package
+
+    model = work / "csv-model" / "1"
+    if not model.exists():
+        module = tf.Module()
+        module.w = tf.Variable(np.random.default_rng(0).normal(size=(32, 4)).astype("float32"))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 32], tf.float32, name="x")])
+        def serve(x):
+            return {"y": tf.nn.softmax(tf.matmul(x, module.w))}
+
+        tf.saved_model.save(module, str(model), signatures={"serving_default": serve})
+    archive = work / "csv-model.tar.gz"
+    if not archive.exists():
+        package([model], archive, versions=[1])
+    data = work / f"csv-{images}"
+    if not data.exists():
+        rng = np.random.default_rng(1)
+        data.mkdir()
+        for n in range(20):
+            rows = rng.normal(size=(images, 32)).round(4)
+            (data / f"part-{n:02d}.csv").write_text("".join(",".join(map(str, r)) + "\n" for r in rows))
+    flags = ["--content-type", "text/csv", "--split-type", "Line", "--batch-strategy", "MultiRecord",
+             "--max-payload-mb", "1", "--assemble-with", "Line"]
+    return archive, data, model, flags
+
+
+def _timed(cmd: list[str], env: dict) -> float:
+    started = time.monotonic()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    seconds = time.monotonic() - started
+    if proc.returncode not in (0,):
+        raise SystemExit(f"{cmd[:4]} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.profile.shapes")
+    parser.add_argument("--src", action="append", required=True, help="NAME=PATH of a tfbatch src folder")
+    parser.add_argument("--shapes", default="tfrecord,csv")
+    parser.add_argument("--images", type=int, default=2000, help="JPEGs (tfrecord) or lines per file (csv)")
+    parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-shapes"))
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    root = str(Path(__file__).resolve().parents[3])
+    results = {"load_average_before": os.getloadavg()[0], "images": args.images, "shapes": {}}
+    for shape in args.shapes.split(","):
+        archive, inputs, model, flags = (_tfrecord_inputs if shape == "tfrecord" else _csv_inputs)(work, args.images)
+        row: dict[str, float] = {}
+        for entry in args.src:
+            name, src = entry.split("=", 1)
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()) + os.pathsep + root, "TF_CPP_MIN_LOG_LEVEL": "2"}
+            out = work / f"out-{shape}-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            row[name] = _timed([sys.executable, "-m", "tfbatch", "transform", "--model", str(archive), "--input",
+                                str(inputs), "--output", str(out), *flags], env)
+            print(f"{shape} {name}: {row[name]:.1f}s", flush=True)
+        script = TFDATA_TFRECORD if shape == "tfrecord" else TFDATA_CSV
+        out = work / f"out-{shape}-tfdata"
+        shutil.rmtree(out, ignore_errors=True)
+        env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        row["tfdata"] = _timed([sys.executable, "-c", script, str(model), str(inputs), str(out)], env)
+        print(f"{shape} tfdata: {row['tfdata']:.1f}s", flush=True)
+        row.update({f"{k}/tfdata": round(row["tfdata"] / v, 2) for k, v in list(row.items()) if k != "tfdata"})
+        results["shapes"][shape] = row
+    results["load_average_after"] = os.getloadavg()[0]
+    print(json.dumps(results, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
