@@ -93,6 +93,8 @@ class InstanceRunner:
                 self.pool = None
             raise
         service = self.stack.service
+        if self.pool is None and service.handlers is None and self.handler_workers() > 0:
+            self._start_default_pool(service)
         if self.pool is not None:
             # The script's hooks run in worker processes: this one only reads and feeds the model.
             from tfbatch.handlers.pooled import PooledService, models_init
@@ -116,6 +118,18 @@ class InstanceRunner:
             from tfbatch.handlers.pool import HandlerPool
 
             self.pool = HandlerPool(init, self.handler_workers()).start()
+
+    def _start_default_pool(self, service) -> None:
+        """No script: the default handling's JSON/CSV parse and image decode go to worker
+        processes too (they hold the GIL per record), unless the model decodes the images
+        itself in its graph (``ImageBatchPredict``), which needs no worker."""
+        from tfbatch.handlers.pool import HandlerPool
+        from tfbatch.handlers.pooled import script_init
+        from tfbatch.transform.predict import image_batch_blocker
+
+        if image_batch_blocker(self.spec, service) is None:
+            return
+        self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
 
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
@@ -163,10 +177,10 @@ class InstanceRunner:
     def _dataflow(self, job_rows=None):
         """The job's dataflow with its predict stage (transform/predict.py), chosen once here.
 
-        A model with code/inference.py and a handler pool: ``PooledService.invoke_many`` (the
-        hooks in worker processes). No script, an image content type and an image-bytes
-        signature: ``ImageBatchPredict`` (decode in the graph, batch size tuned on the job).
-        Anything else (no script, or --handler-workers 0): the in-process service.
+        A handler pool (a script's hooks, or with no script the default decode and encode, in
+        worker processes): ``PooledService.invoke_many``. No script, an image content type and
+        an image-bytes signature: ``ImageBatchPredict`` (decode in the graph, batch size tuned
+        on the job). --handler-workers 0: the in-process service.
         """
         from tfbatch.transform.dataflow import Dataflow
         from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker
