@@ -6,14 +6,16 @@ Shapes (tiny model, real JPEGs from :mod:`benchmarks.common.dataset`):
   SplitType TFRecord, SingleRecord, AssembleWith Line, and an ``inference.py`` that parses the
   Example and base64-wraps the image (seed 004's second job);
 - ``csv``: 20 files of CSV lines of 32 floats, SplitType Line, MultiRecord, no script, a
-  float-input model.
+  float-input model;
+- ``floatimg``: one JPEG per file, no script, a Keras-style signature taking float images
+  (tfbatch decodes and resizes them; tf.data with the model's own ``decode_and_resize``).
 
 For each shape: ``tfbatch transform`` (the CLI, a fresh process) with ``PYTHONPATH`` at each
 ``--src`` given (e.g. the main checkout's ``src`` = before, a branch's = after), and an expert
 tf.data script doing the same job, side by side, whole processes, wall seconds.
 
     python -m benchmarks.transform.profile.shapes --src before=/work/main/src --src after=src \\
-        --shapes tfrecord,csv --images 2000 --out benchmarks/transform/profile/shapes.json
+        --shapes tfrecord,csv,floatimg --images 2000 --out benchmarks/transform/profile/shapes.json
 """
 
 from __future__ import annotations
@@ -154,6 +156,47 @@ def _csv_inputs(work: Path, images: int) -> tuple[Path, Path, Path, list[str]]:
     return archive, data, model, flags
 
 
+TFDATA_FLOATIMG = '''
+import json, sys
+from pathlib import Path
+import tensorflow as tf
+from benchmarks.common.models import decode_and_resize
+model, inp, out = sys.argv[1:4]
+predict = tf.saved_model.load(model).signatures["serving_default"]
+size = int(predict.structured_input_signature[1]["images"].shape[1])
+Path(out).mkdir(parents=True, exist_ok=True)
+files = sorted(str(p) for p in Path(inp).iterdir())
+ds = (tf.data.Dataset.from_tensor_slices(files)
+      .map(lambda f: (f, decode_and_resize(tf.io.read_file(f), size)), num_parallel_calls=tf.data.AUTOTUNE)
+      .batch(16).prefetch(tf.data.AUTOTUNE))
+for names, batch in ds:
+    r = predict(images=batch)
+    for n, p, c in zip(names.numpy(), r["probabilities"].numpy(), r["classes"].numpy()):
+        row = {"classes": int(c), "probabilities": p.astype(float).tolist()}
+        (Path(out) / (Path(n.decode()).name + ".out")).write_text(json.dumps({"predictions": [row]}))
+'''
+
+
+def _floatimg_inputs(work: Path, images: int) -> tuple[Path, Path, Path, list[str]]:
+    """No script, JPEG files, a Keras-style signature taking float images [None, 32, 32, 3]."""
+    import tensorflow as tf
+
+    from benchmarks.common.dataset import ensure_dataset
+    from benchmarks.common.models import SERVING_TENSOR, ensure_artifact, savedmodel_dir
+    from tfbatch.artifact import package
+
+    folder = ensure_artifact("tiny", work)
+    jpegs = ensure_dataset(work / "jpegs", images)
+    model = work / "floatimg-model" / "1"
+    if not model.exists():
+        loaded = tf.saved_model.load(str(savedmodel_dir(folder)))
+        tf.saved_model.save(loaded, str(model), signatures={"serving_default": loaded.signatures[SERVING_TENSOR]})
+    archive = work / "floatimg-model.tar.gz"
+    if not archive.exists():
+        package([model], archive, versions=[1])
+    return archive, jpegs, model, ["--content-type", "application/x-image"]
+
+
 def _timed(cmd: list[str], env: dict) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the whole process tree): on a shared VM the CPU figure is
     the steadier one, since the neighbours' load stretches wall time, not our CPU time."""
@@ -180,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     root = str(Path(__file__).resolve().parents[3])
     results = {"load_average_before": os.getloadavg()[0], "images": args.images, "shapes": {}}
     for shape in args.shapes.split(","):
-        archive, inputs, model, flags = (_tfrecord_inputs if shape == "tfrecord" else _csv_inputs)(work, args.images)
+        archive, inputs, model, flags = {"tfrecord": _tfrecord_inputs, "csv": _csv_inputs,
+                                         "floatimg": _floatimg_inputs}[shape](work, args.images)
         wall: dict[str, float] = {}
         cpu: dict[str, float] = {}
         for entry in args.src:
@@ -191,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             wall[name], cpu[name] = _timed([sys.executable, "-m", "tfbatch", "transform", "--model", str(archive),
                                             "--input", str(inputs), "--output", str(out), *flags], env)
             print(f"{shape} {name}: {wall[name]:.1f}s wall, {cpu[name]:.1f}s CPU", flush=True)
-        script = TFDATA_TFRECORD if shape == "tfrecord" else TFDATA_CSV
+        script = {"tfrecord": TFDATA_TFRECORD, "csv": TFDATA_CSV, "floatimg": TFDATA_FLOATIMG}[shape]
         out = work / f"out-{shape}-tfdata"
         shutil.rmtree(out, ignore_errors=True)
         env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}

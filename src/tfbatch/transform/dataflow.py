@@ -73,7 +73,7 @@ class Dataflow:
     """Runs one instance's objects through the stages; ``predict`` has ``invoke_many``."""
 
     def __init__(self, spec: Any, predict: Any, pipeline: Any, *, batch_size: int, threads: int,
-                 io_threads: int = 8, max_object_bytes: int = MAX_OBJECT_BYTES, max_in_flight: int | None = None,
+                 io_threads: int = 8, max_object_bytes: int | None = None, max_in_flight: int | None = None,
                  stats: Callable[[], dict] | None = None, chosen_by: dict[str, str] | None = None):
         self.spec = spec
         self.predict = predict
@@ -81,7 +81,7 @@ class Dataflow:
         self.batch_size = max(1, batch_size)
         self.threads = max(1, threads)
         self.io_threads = max(1, io_threads)
-        self.max_object_bytes = max_object_bytes
+        self.max_object_bytes = max_object_bytes or MAX_OBJECT_BYTES
         self.processor = DataProcessor(spec.input_filter, spec.output_filter, spec.join_source,
                                        spec.content_type, spec.accept)
         self.limit = spec.max_payload_bytes or 0
