@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tfbatch.errors import InvalidInput, UnsupportedMediaType
+from tfbatch.records.imagedecode import ImageTarget, decoder_for
 from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_image
 
 JSON_TYPES = ("application/json",)
@@ -95,7 +96,9 @@ def image_inputs(body: bytes, signature, max_pixels: int = DEFAULT_MAX_IMAGE_PIX
 
     ``signature`` is a runtime SignatureInfo with exactly one input. The header is checked
     first either way (JPEG or PNG, within ``max_pixels``): a model that decodes in its graph
-    must not be handed a decompression bomb any more than PIL.
+    must not be handed a decompression bomb any more than our own decoder. An image tensor
+    input gets the image through :mod:`tfbatch.records.imagedecode` (TensorFlow ops, off the
+    GIL; its docstring states the resize rule).
     """
     check_image(body, max_pixels)
     if len(signature.inputs) != 1:
@@ -106,36 +109,6 @@ def image_inputs(body: bytes, signature, max_pixels: int = DEFAULT_MAX_IMAGE_PIX
     (key, info), = signature.inputs.items()
     if info.dtype == "string":
         return {key: np.array([body], dtype=object)}
-    shape = info.shape
-    if shape is None or len(shape) not in (3, 4):
-        raise InvalidInput(
-            f"input '{key}' of signature '{signature.name}' has shape {shape}; an image body needs a "
-            "string input (encoded bytes) or an image tensor [batch, height, width, channels]"
-        )
-    dims = shape[1:] if len(shape) == 4 else shape
-    height, width, channels = dims
-    image = decode_image(body, channels or 3)
-    if height and width and image.shape[:2] != (height, width):
-        from PIL import Image
-
-        resized = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).resize(
-            (width, height), Image.BILINEAR
-        )
-        image = np.asarray(resized).reshape(height, width, -1)
-    array = image.astype(np.float32) / 255.0 if info.dtype.startswith("float") else image.astype(info.dtype)
-    return {key: array[np.newaxis, ...] if len(shape) == 4 else array}
-
-
-def decode_image(body: bytes, channels: int) -> np.ndarray:
-    """JPEG/PNG bytes -> uint8 array [H, W, channels]; callers check the header first."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(body)) as img:
-            mode = {1: "L", 3: "RGB", 4: "RGBA"}.get(channels)
-            if mode is None:
-                raise InvalidInput(f"cannot decode an image into {channels} channels (expected 1, 3 or 4)")
-            array = np.asarray(img.convert(mode))
-    except (UnidentifiedImageError, OSError) as exc:
-        raise InvalidInput(f"body is not a decodable image ({len(body)} bytes): {exc}") from exc
-    return array.reshape(array.shape[0], array.shape[1], channels)
+    target = ImageTarget.of(info, signature.name)
+    array = decoder_for(target, max_pixels).decode_one(body)
+    return {key: array if len(info.shape) == 4 else array[0]}

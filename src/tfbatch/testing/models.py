@@ -263,3 +263,23 @@ def make_failing_model(path: str | Path) -> Path:
     module = Failing()
     tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
     return Path(path)
+
+
+def make_keras_image_model(path: str | Path, *, size: int = 64, channels: int = 3, classes: int = 5,
+                           seed: int = 7) -> Path:
+    """The most common Keras export: ``tf.saved_model.save(keras_model)`` of a small CNN.
+
+    serving_default: ``inputs`` float32 [None, size, size, channels] (pixels in [0, 1]) ->
+    ``output_0`` float32 [None, classes] (softmax). Weights are fixed by ``seed``; tests
+    get expected outputs by running the saved model on a reference decode.
+    """
+    tf = _tf()
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(size, size, channels))
+    x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax")(x))
+    tf.saved_model.save(model, str(path))
+    return Path(path)

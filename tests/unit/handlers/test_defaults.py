@@ -1,11 +1,7 @@
-import io
-
-import numpy as np
 import pytest
-from PIL import Image
 
 from tfbatch.errors import InvalidInput, UnsupportedMediaType
-from tfbatch.handlers.defaults import decode_image, json_request, media_type
+from tfbatch.handlers.defaults import json_request, media_type
 
 
 def test_media_type_strips_parameters_and_defaults_to_json():
@@ -48,12 +44,3 @@ def test_bad_json_names_the_problem():
         json_request(b"{nope", "application/json")
     with pytest.raises(InvalidInput, match="line 2"):
         json_request(b"[1]\n{bad\n", "application/jsonlines")
-
-
-def test_decode_image_channels_and_garbage():
-    buf = io.BytesIO()
-    Image.fromarray(np.full((5, 7, 3), 200, np.uint8)).save(buf, format="PNG")
-    assert decode_image(buf.getvalue(), 1).shape == (5, 7, 1)
-    assert decode_image(buf.getvalue(), 3).shape == (5, 7, 3)
-    with pytest.raises(InvalidInput, match="not a decodable image"):
-        decode_image(b"definitely not an image", 3)

@@ -1,0 +1,153 @@
+"""The TensorFlow image decoder against PIL (the decoder it replaced) on real photos.
+
+The reference is the PIL path tfbatch used before: open, ``convert`` to L/RGB/RGBA,
+``resize(BILINEAR)`` when the size differs, then ``/ 255`` for float inputs. The rule in
+tfbatch.records.imagedecode promises: same-size images identical, resized pixels at most
+one level (1/255) away.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tfbatch.records.imagedecode import ImageDecoder, ImageTarget
+from tfbatch.testing.hostile import png_bomb
+
+MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _photos() -> list[np.ndarray]:
+    from sklearn.datasets import load_sample_images
+
+    china, flower = load_sample_images().images  # real 427 x 640 photographs
+    return [china, flower[40:340, 100:500], china[::3, ::3]]
+
+
+def _encode(array: np.ndarray, fmt: str, **options) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array).save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+def pil_reference(body: bytes, target: ImageTarget) -> np.ndarray:
+    with Image.open(io.BytesIO(body)) as img:
+        img = img.convert(MODES[target.channels])
+        if target.fixed and img.size != (target.width, target.height):
+            img = img.resize((target.width, target.height), Image.BILINEAR)
+        array = np.asarray(img).reshape(img.size[1], img.size[0], target.channels)
+    return array.astype(np.float32) / 255.0 if target.scaled else array.astype(target.dtype)
+
+
+@pytest.fixture(scope="module")
+def bodies() -> dict[str, list[bytes]]:
+    photos = _photos()
+    rgba = np.dstack([photos[1], np.linspace(0, 255, photos[1].size // 3).astype(np.uint8).reshape(photos[1].shape[:2])])
+    return {
+        "JPEG": [_encode(p, "JPEG", quality=90) for p in photos],
+        "PNG": [_encode(p, "PNG") for p in photos] + [_encode(rgba, "PNG"), _encode(photos[2][..., 0], "PNG")],
+        "grey JPEG": [_encode(photos[0][..., 1], "JPEG", quality=85)],
+    }
+
+
+@pytest.mark.parametrize("kind", ["JPEG", "PNG", "grey JPEG"])
+@pytest.mark.parametrize("channels", [1, 3, 4])
+@pytest.mark.parametrize("size, dtype", [((64, 64), "float32"), ((224, 160), "uint8"), ((700, 500), "float32")])
+def test_resized_images_are_within_one_level_of_pil(bodies, kind, channels, size, dtype):
+    # 64 x 64 shrinks every photo, 700 x 500 enlarges every one, 224 x 160 both (the
+    # small photo grows in height); the aspect ratio changes too.
+    target = ImageTarget(*size, channels, dtype)
+    result = ImageDecoder(target, workers=2).decode(bodies[kind])
+    assert result.errors == {} and result.rows == list(range(len(bodies[kind])))
+    assert result.array.shape == (len(bodies[kind]), *size, channels)
+    assert result.array.dtype == (np.float32 if target.scaled else np.uint8)
+    for row, body in enumerate(bodies[kind]):
+        with Image.open(io.BytesIO(body)) as img:
+            shrinks = img.height >= size[0] and img.width >= size[1]
+        ours, pils = _as_levels(result.array[row], target), _as_levels(pil_reference(body, target), target)
+        if channels == 4:
+            # Both resample colour premultiplied by alpha; where alpha is tiny, un-premultiplying
+            # turns a one-level rounding difference into many, so compare what is visible.
+            assert np.abs(ours[..., 3] - pils[..., 3]).max() <= 1
+            ours, pils = ours[..., :3] * ours[..., 3:] / 255, pils[..., :3] * pils[..., 3:] / 255
+            assert np.abs(ours - pils).max() <= 2, f"{kind} #{row}"
+            continue
+        diff = np.abs(ours - pils)
+        assert diff.max() <= 1, f"{kind} #{row}: {diff.max()} levels from PIL"
+        # Shrinking runs PIL's two rounded passes: all but a handful of pixels are PIL's own.
+        assert (diff > 0).mean() < (0.01 if shrinks else 0.3), f"{kind} #{row}: {(diff > 0).mean():.2%} differ"
+
+
+def _as_levels(array: np.ndarray, target: ImageTarget) -> np.ndarray:
+    return np.round(array.astype(np.float64) * (255.0 if target.scaled else 1.0))
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_images_already_at_the_size_are_pils_pixels_exactly(bodies, channels):
+    jpeg = bodies["JPEG"][0]
+    target = ImageTarget(427, 640, channels, "float32")
+    array = ImageDecoder(target).decode_one(jpeg)
+    np.testing.assert_array_equal(array[0], pil_reference(jpeg, target))
+
+
+def test_free_size_keeps_each_image_and_a_batch_holds_one_size(bodies):
+    target = ImageTarget(None, None, 3, "uint8")
+    jpeg = bodies["JPEG"]
+    result = ImageDecoder(target).decode([jpeg[0], jpeg[1], jpeg[0]], ["a.jpg", "b.jpg", "c.jpg"])
+    assert result.rows == [0, 2] and result.array.shape == (2, 427, 640, 3)
+    np.testing.assert_array_equal(result.array[1], pil_reference(jpeg[0], target))
+    assert "b.jpg: image is 400 x 300 pixels; the input fixes no size" in str(result.errors[1])
+
+
+def test_bad_items_cost_only_themselves_and_are_named(bodies):
+    good = bodies["JPEG"] + bodies["PNG"][:1]
+    photo = _photos()[2]
+    bad = {
+        "cut.jpg": good[0][: len(good[0]) // 3],  # a valid header, then the data stops
+        "anim.gif": _encode(photo, "GIF"),
+        "photo.bmp": _encode(photo, "BMP"),
+        "photo.webp": _encode(photo, "WEBP"),
+        "bomb.png": png_bomb(),
+        "empty.jpg": b"",
+        "notes.txt": b"these are not pixels",
+    }
+    bodies_in = [good[0], bad["cut.jpg"], good[1], bad["anim.gif"], bad["photo.bmp"], good[2],
+                 bad["photo.webp"], bad["bomb.png"], bad["empty.jpg"], good[3], bad["notes.txt"]]
+    names = ["a.jpg", "cut.jpg", "b.jpg", "anim.gif", "photo.bmp", "c.jpg", "photo.webp", "bomb.png",
+             "empty.jpg", "d.png", "notes.txt"]
+    target = ImageTarget(64, 64, 3, "float32")
+    result = ImageDecoder(target, workers=3).decode(bodies_in, names)
+
+    assert result.rows == [0, 2, 5, 9]
+    alone = ImageDecoder(target, workers=1).decode(good)
+    np.testing.assert_array_equal(result.array, alone.array)  # neighbours of a bad item unchanged
+    messages = {names[i]: str(e) for i, e in result.errors.items()}
+    assert set(messages) == set(bad)
+    assert messages["cut.jpg"].startswith("cut.jpg: JPEG data could not be decoded past its header")
+    assert messages["cut.jpg"].endswith("expected a complete JPEG image")
+    for name, kind in (("anim.gif", "GIF"), ("photo.bmp", "BMP"), ("photo.webp", "WEBP")):
+        assert messages[name] == f"{name}: {kind} images are not accepted; expected JPEG or PNG"
+    assert "bomb.png: PNG image of 13000 x 13000 = 169000000 pixels exceeds the pixel budget" in messages["bomb.png"]
+    assert messages["empty.jpg"].startswith("empty.jpg: empty object (0 bytes)")
+    assert messages["notes.txt"].startswith("notes.txt: not an image (20 bytes")
+
+
+def test_shards_keep_input_order(bodies):
+    many = (bodies["JPEG"] + bodies["PNG"]) * 3
+    target = ImageTarget(32, 48, 3, "uint8")
+    one = ImageDecoder(target, workers=1).decode(many)
+    four = ImageDecoder(target, workers=4).decode(many)
+    assert one.rows == four.rows == list(range(len(many)))
+    np.testing.assert_array_equal(one.array, four.array)
+    for row in (0, 4, len(many) - 1):
+        np.testing.assert_array_equal(one.array[row], ImageDecoder(target).decode_one(many[row])[0])
+
+
+def test_decode_one_raises_the_items_error(bodies):
+    from tfbatch.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="upload.gif: GIF images are not accepted"):
+        ImageDecoder(ImageTarget(8, 8)).decode_one(_encode(_photos()[2], "GIF"), "upload.gif")
