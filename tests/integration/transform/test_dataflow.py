@@ -95,3 +95,39 @@ def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_p
     got = [json.loads(x)["predictions"][0] for x in (tmp_path / "out" / "big.jsonl.out").read_text().splitlines()]
     np.testing.assert_allclose(got, linear_expected(np.array([[2, i, 1.0] for i in range(400)], np.float32)),
                                rtol=1e-5)
+
+
+def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answers(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from tfbatch.handlers.service import InferenceService, InvocationRequest
+    from tfbatch.runtime import ModelServer
+    from tfbatch.testing.models import make_keras_image_model
+
+    model = make_keras_image_model(tmp_path / "keras" / "1")
+    inp = tmp_path / "in"
+    inp.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(10):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (48 + i, 80, 3), dtype=np.uint8)).save(buf, format="JPEG")
+        (inp / f"{i}.jpg").write_bytes(buf.getvalue())
+    (inp / "cut.jpg").write_bytes((inp / "0.jpg").read_bytes()[:300])  # sound header, data cut off
+    report = run_transform(model=str(model.parent), input=str(inp), output=str(tmp_path / "out"),
+                           content_type="application/x-image", max_batch_size=4)
+    (stats,) = report.batches.values()
+    assert stats["predict"] == "image-batch" and stats["rows"] == 10 and stats["objects_run_alone"] == 1
+    assert report.succeeded == 10 and report.failed == 1 and "cut.jpg" in report.errors[0]["object"]
+    # The one-request path (the endpoint's, and the per-object pipeline's) on each image alone.
+    server = ModelServer({"model": {1: model}})
+    try:
+        service = InferenceService(server)
+        for i in range(10):
+            body = (inp / f"{i}.jpg").read_bytes()
+            alone = service.invoke(InvocationRequest(body=body, content_type="application/x-image"))
+            ours = json.loads((tmp_path / "out" / f"{i}.jpg.out").read_bytes())["predictions"]
+            np.testing.assert_allclose(ours, json.loads(alone.body)["predictions"], rtol=1e-5, atol=1e-6)
+    finally:
+        server.close()
