@@ -2,10 +2,10 @@
 
 An instance runs the objects an engine hands it from the job's one listing pass (see
 plan.py: done objects already dropped), or, given none, lists the input itself, keeps the
-objects that hash to it and skips those the ledger records as finished. It keeps a
-bounded number of objects in flight: the listing is consumed lazily, so memory does not
-grow with the number of input objects. Objects in flight x payloads each feed the shared invocation pool, whose size
-sets how many requests the model server's batcher can coalesce into one model batch.
+objects that hash to it and skips those the ledger records as finished. Every object goes
+through the instance's one dataflow (dataflow.py), whose predict stage is chosen here once
+(predict.py); the listing is consumed lazily and the dataflow keeps a bounded number of
+chunks in flight, so memory does not grow with the number of input objects.
 
 The runner needs only the spec and its (instance, count) pair, so a Ray actor can host it
 exactly as a local worker process does.
