@@ -190,13 +190,14 @@ class InstanceRunner:
             # One chunk in the model while each worker process holds another.
             pool = self.pool
             return Dataflow(self.spec, self.invoker.service, self.pipeline, batch_size=self.spec.max_batch_size,
-                            threads=pool.size + 1, stats=lambda: pool.stats)
+                            threads=pool.size + 1, max_in_flight=self.spec.max_concurrent_transforms,
+                            stats=lambda: pool.stats)
         reason = image_batch_blocker(self.spec, self.stack.service)
         if reason is not None:
             log.debug("dataflow, in-process predict: %s", reason)
             predict = self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
             return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
-                            threads=2, stats=lambda: predict.stats)
+                            threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
         tuner = None
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe
