@@ -73,7 +73,7 @@ def _lane_stats(report: dict | None) -> dict[str, Any]:
     if not report:
         return {}
     for stats in (report.get("batches") or {}).values():
-        if isinstance(stats, dict) and stats.get("lane") == "batch":
+        if isinstance(stats, dict) and (stats.get("predict") == "image-batch" or stats.get("lane") == "batch"):
             return {k: stats.get(k) for k in ("max_batch_size", "workers", "in_flight_objects", "autotune",
                                               "batch_sizes")}
     return {}

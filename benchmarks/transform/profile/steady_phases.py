@@ -28,10 +28,10 @@ PHASES = [
     ("response: TFS JSON + requests.Response", ("encode_predict", "make_response", "jsonenc.py")),
     ("model call (TF, Python side)", ("tensorflow/", "Servable.run", "_joint")),
     ("hops: pickle + socket (wire / Connection)", ("wire.py", "sockio.py", "connection.py", "reduction.py", "pickle")),
-    ("file read", ("open_read", "ScriptLane._read")),
-    ("output write", ("atomic_write", "ScriptLane._write")),
+    ("file read", ("open_read", "read_small")),
+    ("output write", ("atomic_write", "Dataflow._write")),
     ("ledger / journal", ("ledger.py", "journal.py")),
-    ("pool / lane bookkeeping", ("handlers/pool.py", "pooled.py", "pool_worker.py", "script_lane.py",
+    ("pool / lane bookkeeping", ("handlers/pool.py", "pooled.py", "pool_worker.py", "dataflow.py",
                                  "futures/", "threading.py")),
 ]
 

@@ -59,7 +59,9 @@ class Worker:
         # loaded (this process starts, and imports the script, while it loads).
         self.models: dict[str, tuple[int, dict, str]] = init.get("models") or {}
         limit_pil(self.max_image_pixels)
-        self.handlers = load_handlers(Path(init["script"]))
+        # No script: the default handling's decode and encode (JSON, CSV, JSON Lines, images)
+        # run here instead, off the process that feeds the model.
+        self.handlers = load_handlers(Path(init["script"])) if init.get("script") else None
         self._channels: dict[int, Any] = {}
 
     def channel(self, port: int | None):
@@ -91,6 +93,8 @@ class Worker:
 
     def input(self, item: tuple) -> tuple:
         ctx = self.context(item)
+        if self.handlers is None:
+            return self._default(item[0], item[1], ctx)
         if self.handlers.mode == "handler":
             return _final(user_result(call_user("handler", self.handlers.handler, _Body(item[0]), ctx)))
         processed = call_user("input_handler", self.handlers.input_handler, _Body(item[0]), ctx)
@@ -117,6 +121,23 @@ class Worker:
         tensors, fmt = decode_predict(body, sig)
         return ("tensors", tensors, fmt, version, sig.name)
 
+    def _default(self, data, content_type: str | None, ctx) -> tuple:
+        """``InferenceService._invoke_default`` up to the model call; its errors are the answer."""
+        from tfbatch.errors import InvalidInput
+        from tfbatch.handlers import defaults
+
+        if not defaults.is_image(content_type):
+            return self._decode(defaults.json_request(bytes(data), content_type), ctx)
+        if ctx.method != "predict":
+            raise InvalidInput(f"an image body can only be sent to predict, not {ctx.method}")
+        known = self.models.get(ctx.model_name)
+        if known is None or ctx.model_version is not None:
+            # The parent resolves versions; the dataflow never names one, so this is a guard.
+            raise InvalidInput("an image body for a named model version needs the in-process service")
+        version, signatures, default = known
+        sig = signatures[default]
+        return ("tensors", defaults.image_inputs(bytes(data), sig, self.max_image_pixels), "row", version, sig.name)
+
     def output(self, entry: tuple) -> tuple:
         from tfbatch.runtime import jsonenc
 
@@ -138,6 +159,8 @@ class Worker:
         return self._respond(ctx, status, content)
 
     def _respond(self, ctx, status: int, content: bytes) -> tuple:
+        if self.handlers is None:
+            return ("final", status, content, "application/json")
         response = make_response(status, content, ctx.rest_uri)
         return _final(user_result(call_user("output_handler", self.handlers.output_handler, response, ctx)))
 

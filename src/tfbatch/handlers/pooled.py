@@ -34,8 +34,9 @@ log = logging.getLogger(__name__)
 
 
 def script_init(script: Any, max_image_pixels: int, grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB) -> dict:
-    """What a worker needs to start: the script and the limits (the models come later)."""
-    return {"script": str(script), "max_image_pixels": max_image_pixels,
+    """What a worker needs to start: the script (None: default handling) and the limits (the
+    models come later)."""
+    return {"script": None if script is None else str(script), "max_image_pixels": max_image_pixels,
             "grpc_max_message_bytes": grpc_max_message_bytes}
 
 

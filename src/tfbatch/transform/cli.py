@@ -81,8 +81,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
     p.add_argument("--handler-workers", type=int, metavar="N",
-                   help="processes per instance running code/inference.py's hooks (default: the cores divided "
-                        "by the instances; 0: in the instance's own process)")
+                   help="processes per instance running code/inference.py's hooks, or with no script the JSON/CSV "
+                        "parse and image decode (default: the cores divided by the instances; 0: in the "
+                        "instance's own process)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 

@@ -2,10 +2,10 @@
 
 An instance runs the objects an engine hands it from the job's one listing pass (see
 plan.py: done objects already dropped), or, given none, lists the input itself, keeps the
-objects that hash to it and skips those the ledger records as finished. It keeps a
-bounded number of objects in flight: the listing is consumed lazily, so memory does not
-grow with the number of input objects. Objects in flight x payloads each feed the shared invocation pool, whose size
-sets how many requests the model server's batcher can coalesce into one model batch.
+objects that hash to it and skips those the ledger records as finished. Every object goes
+through the instance's one dataflow (dataflow.py), whose predict stage is chosen here once
+(predict.py); the listing is consumed lazily and the dataflow keeps a bounded number of
+chunks in flight, so memory does not grow with the number of input objects.
 
 The runner needs only the spec and its (instance, count) pair, so a Ray actor can host it
 exactly as a local worker process does.
@@ -18,7 +18,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
@@ -65,6 +64,7 @@ class InstanceRunner:
         self.pipeline: ObjectPipeline | None = None
         self._saved_env: dict[str, str | None] = {}
         self.precision_options: dict[str, bool] = {}
+        self._predict = None  # the dataflow's in-process predict stage, when it has one
 
     def open(self) -> "InstanceRunner":
         from tfbatch.handlers.stack import build_stack
@@ -93,6 +93,8 @@ class InstanceRunner:
                 self.pool = None
             raise
         service = self.stack.service
+        if self.pool is None and service.handlers is None and self.handler_workers() > 0:
+            self._start_default_pool(service)
         if self.pool is not None:
             # The script's hooks run in worker processes: this one only reads and feeds the model.
             from tfbatch.handlers.pooled import PooledService, models_init
@@ -117,6 +119,18 @@ class InstanceRunner:
 
             self.pool = HandlerPool(init, self.handler_workers()).start()
 
+    def _start_default_pool(self, service) -> None:
+        """No script: the default handling's JSON/CSV parse and image decode go to worker
+        processes too (they hold the GIL per record), unless the model decodes the images
+        itself in its graph (``ImageBatchPredict``), which needs no worker."""
+        from tfbatch.handlers.pool import HandlerPool
+        from tfbatch.handlers.pooled import script_init
+        from tfbatch.transform.predict import image_batch_blocker
+
+        if image_batch_blocker(self.spec, service) is None:
+            return
+        self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
+
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
         if self.spec.handler_workers is not None:
@@ -125,6 +139,9 @@ class InstanceRunner:
         return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
 
     def close(self) -> None:
+        if self._predict is not None:
+            self._predict.close()
+            self._predict = None
         if self.invoker is not None:
             self.invoker.close()
         if self.pool is not None:
@@ -157,25 +174,30 @@ class InstanceRunner:
             failure = RecordFailure.from_exception(ref.key, None, None, exc)
             return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
-    def _lane(self, job_rows=None):
-        """The batch lane when this job fits it (no script, one image per object), else None."""
-        from tfbatch.transform.batched import BatchLane, lane_blocker
+    def _dataflow(self, job_rows=None):
+        """The job's dataflow with its predict stage (transform/predict.py), chosen once here.
+
+        A handler pool (a script's hooks, or with no script the default decode and encode, in
+        worker processes): ``PooledService.invoke_many``. No script, an image content type and
+        an image-bytes signature: ``ImageBatchPredict`` (decode in the graph, batch size tuned
+        on the job). --handler-workers 0: the in-process service.
+        """
+        from tfbatch.transform.dataflow import Dataflow
+        from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
-            from tfbatch.transform.script_lane import ScriptLane, script_lane_blocker
-
-            reason = script_lane_blocker(self.spec, self.invoker.service)
-            if reason is not None:
-                log.debug("per-object path (handler pool): %s", reason)
-                return None
-            # One batch in the model while each worker process holds another.
-            return ScriptLane(self.spec, self.invoker.service, self.ledger, batch_size=self.spec.max_batch_size,
-                              threads=self.pool.size + 1)
-        reason = lane_blocker(self.spec, self.stack.service)
+            # One chunk in the model while each worker process holds another.
+            pool = self.pool
+            return Dataflow(self.spec, self.invoker.service, self.pipeline, batch_size=self.spec.max_batch_size,
+                            threads=pool.size + 1, max_in_flight=self.spec.max_concurrent_transforms,
+                            stats=lambda: pool.stats)
+        reason = image_batch_blocker(self.spec, self.stack.service)
         if reason is not None:
-            log.debug("per-object path: %s", reason)
-            return None
+            log.debug("dataflow, in-process predict: %s", reason)
+            predict = self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
+            return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
+                            threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
         tuner = None
         if self.spec.autotune:
             from tfbatch.transform.autotune import BatchSizeProbe
@@ -185,9 +207,12 @@ class InstanceRunner:
                      "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 1)"}
-        return BatchLane(self.spec, self.stack.service, self.ledger, batch_size=self.spec.max_batch_size,
-                         workers=self.spec.lane_workers or max(2, os.cpu_count() or 1), tuner=tuner,
-                         max_in_flight=self.spec.max_concurrent_transforms, chosen_by=chosen_by)
+        predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
+                                                    tuner=tuner)
+        return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
+                        threads=self.spec.lane_workers or max(2, os.cpu_count() or 1),
+                        max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,
+                        chosen_by=chosen_by)
 
     def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
@@ -224,18 +249,13 @@ class InstanceRunner:
                     continue
                 yield ref
 
-        lane = self._lane(job_rows=counted.rows)
+        flow = self._dataflow(job_rows=counted.rows)
         try:
-            if lane is not None:
-                lane.run(((ref, ref.key in with_errors) for ref in todo()),
-                         lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
-                name = lane.stats.get("name") or self._signature_name()
-                summary.batches = {name: {**lane.stats, "precision": self.spec.precision}}
-            else:
-                self._run_objects(todo(), with_errors, finished)
-                pool = {} if self.pool is None else self.pool.stats
-                summary.batches = {name: {**stats, "lane": "per-object", "precision": self.spec.precision, **pool}
-                                   for name, stats in self.stack.model_server.batcher_stats().items()}
+            flow.run(((ref, ref.key in with_errors) for ref in todo()),
+                     lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+            stats = flow.stats
+            name = stats.pop("name", None) or self._signature_name()
+            summary.batches = {name: {**stats, "precision": self.spec.precision}}
         finally:
             self.ledger.close()  # the last group's commit
         if partition is not None:
@@ -246,19 +266,3 @@ class InstanceRunner:
     def _signature_name(self) -> str:
         servable = self.stack.model_server.resolve(None)
         return f"{servable.name}/{servable.version}/{servable.default_signature}"
-
-    def _run_objects(self, refs: Iterable[ObjectRef], with_errors, finished: Emit) -> None:
-        # Objects in flight: enough for every invocation slot to hold one single-payload object.
-        in_flight = max(1, self.spec.concurrency)
-        slots = threading.BoundedSemaphore(in_flight)
-
-        def one(ref: ObjectRef) -> None:
-            try:
-                finished(self.process(ref, had_error_file=ref.key in with_errors))
-            finally:
-                slots.release()
-
-        with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix=f"object-{self.instance}") as pool:
-            for ref in refs:
-                slots.acquire()
-                pool.submit(one, ref)

@@ -115,6 +115,15 @@ class Invoker:
         call.future.add_done_callback(lambda _f: self._slots.release())
         return call
 
+    def answered(self, response: InvocationResponse, body: bytes) -> _Call:
+        """A call whose first attempt already ran elsewhere (the dataflow's hop): ``result``
+        applies the same retries and isolation to it as to one submitted here."""
+        call = _Call(InvocationRequest(body=body, content_type=self.content_type, accept=self.accept), 0, False)
+        call.future = Future()
+        call.future.set_result(response)
+        call.started = time.monotonic()
+        return call
+
     @staticmethod
     def _run(call: _Call, service: InferenceService) -> InvocationResponse:
         call.started = time.monotonic()

@@ -14,6 +14,7 @@ the bad record's line holds an error object so line N still answers record N.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -31,11 +32,15 @@ from tfbatch.records import (
     open_input,
     split_multi_response,
 )
+from tfbatch.handlers.service import InvocationResponse
 from tfbatch.storage import ObjectRef, atomic_write, delete, join, open_read
 from tfbatch.transform.invoke import Invoker, _Call
 from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.report import ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
+
+# A payload, its invocation (None: it never reached the model) and the error that kept it from it.
+_Entry = tuple[Payload, _Call | None, TfbatchError | None]
 
 MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
 
@@ -87,6 +92,36 @@ class ObjectPipeline:
     # ---- one object -------------------------------------------------------------------
 
     def process(self, ref: ObjectRef, *, had_error_file: bool = False) -> ObjectResult:
+        """The object read, split and invoked here, streaming: any size, in bounded memory."""
+        def entries(raw) -> Iterator[_Entry]:
+            stream = open_input(raw, self.spec.compression, source=ref.key)
+            records = iter_records(stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit)
+            if self.spec.split_type == "None":
+                records = _not_empty(records, ref.key)
+            # Started one by one as the output stream pulls them: at most ``window`` in flight.
+            for payload in form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes,
+                                         source=ref.key):
+                yield self._start(payload)
+
+        return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size), entries)
+
+    def complete(self, ref: ObjectRef, answered: list[tuple[Payload, InvocationResponse | None, TfbatchError | None]],
+                 *, had_error_file: bool = False) -> ObjectResult:
+        """An object whose payloads the dataflow already formed and invoked (or failed to form).
+
+        Each answer goes through the same retries, isolation, per-record reruns, error lines
+        and assembly as a payload invoked here, so only what failed runs again.
+        """
+        def entries(_) -> Iterator[_Entry]:
+            for payload, response, error in answered:
+                if response is None:
+                    yield payload, None, error
+                else:
+                    yield payload, self.invoker.answered(response, payload.body), None
+
+        return self._run(ref, had_error_file, contextlib.nullcontext, entries)
+
+    def _run(self, ref: ObjectRef, had_error_file: bool, opener, entries) -> ObjectResult:
         started = time.monotonic()
         state = _State(ref.key)
         target = output_uri(self.spec, ref.key)
@@ -94,19 +129,10 @@ class ObjectPipeline:
         assembler = Assembler(self.spec.assemble_with, sink)
         written = False
         try:
-            with open_read(ref.uri, size=ref.size) as raw:
-                stream = open_input(raw, self.spec.compression, source=ref.key)
-                records = iter_records(
-                    stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit
-                )
-                if self.spec.split_type == "None":
-                    records = _not_empty(records, ref.key)
-                payloads = form_payloads(
-                    records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=ref.key
-                )
+            with opener() as raw:
                 # Not fsynced here: the ledger's group commit makes a group's outputs durable at
                 # once, before recording them as done.
-                atomic_write(target, self._stream(payloads, state, assembler, sink), durable=False)
+                atomic_write(target, self._stream(entries(raw), state, assembler, sink), durable=False)
                 written = True
         except _AbortObject:
             pass
@@ -133,11 +159,11 @@ class ObjectPipeline:
 
     # ---- the ordered output stream ----------------------------------------------------
 
-    def _stream(self, payloads: Iterable[Payload], state: _State, assembler: Assembler, sink: _Chunks) -> Iterator[bytes]:
-        pending: deque[tuple[Payload, _Call | None, TfbatchError | None]] = deque()
-        for payload in payloads:
-            state.records += len(payload.records)
-            pending.append(self._start(payload))
+    def _stream(self, entries: Iterable[_Entry], state: _State, assembler: Assembler, sink: _Chunks) -> Iterator[bytes]:
+        pending: deque[_Entry] = deque()
+        for entry in entries:
+            state.records += len(entry[0].records)
+            pending.append(entry)
             while len(pending) > self.window:
                 self._finish(*pending.popleft(), state, assembler)
                 yield from sink.drain()
@@ -147,7 +173,7 @@ class ObjectPipeline:
         if state.failed and assembler.outputs == 0:
             raise _AbortObject()  # every record failed: no output object, as in SageMaker
 
-    def _start(self, payload: Payload) -> tuple[Payload, _Call | None, TfbatchError | None]:
+    def _start(self, payload: Payload) -> _Entry:
         if payload.error is not None:
             return payload, None, payload.error
         try:

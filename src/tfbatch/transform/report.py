@@ -167,7 +167,8 @@ class JobReport(_Counts):
         if self.stopped:
             lines.append(f"  stopped early: {self.stopped}")
         for name, stats in self.batches.items():
-            if isinstance(stats, dict) and stats.get("lane") == "batch":
+            # Knobs the job chose itself (the image batch predict's tuner) or was told.
+            if isinstance(stats, dict) and (stats.get("predict") == "image-batch" or stats.get("lane") == "batch"):
                 lines.append("  " + lane_choices(name, stats))
         for message in self.fatal:
             lines.append(f"  instance failed: {message}")

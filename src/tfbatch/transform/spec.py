@@ -83,9 +83,9 @@ class TransformSpec(BaseModel):
     # the first ``error_rate_after`` objects; 1.0 never stops.
     max_error_rate: float = Field(default=0.5, ge=0.0, le=1.0)
     error_rate_after: int = Field(default=100, ge=1)
-    # Processes per instance that run code/inference.py's hooks (handlers/pool.py); None: the
-    # cores divided by the instances,
-    # 0: in the instance's own process, as before.
+    # Processes per instance that run code/inference.py's hooks, or with no script the default
+    # JSON/CSV parse and image decode (handlers/pool.py); None: the cores divided by the
+    # instances, 0: in the instance's own process.
     handler_workers: int | None = Field(default=None, ge=0)
     # Wait for another job holding the output prefix instead of refusing to start.
     wait_lock: bool = False

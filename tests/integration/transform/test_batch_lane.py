@@ -1,5 +1,5 @@
-"""The batch lane (transform/batched.py): image jobs with no script run whole batches
-reader -> model -> writer, and answer exactly what the per-request path answers."""
+"""The dataflow's image batch predict (transform/predict.py): image jobs with no script run
+whole batches reader -> model -> writer, and answer exactly what the per-request path answers."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
     per_request = run_transform(model=str(scripted), output=str(tmp_path / "pair"), handler_workers=0, **common)
     assert lane.ok and per_request.ok
     stats = _lane_stats(lane)
-    assert stats["lane"] == "batch" and _lane_stats(per_request)["lane"] == "per-object"
+    assert stats["predict"] == "image-batch" and _lane_stats(per_request)["predict"] == "in-process"
     # 11 objects in batches of the explicit size 4: no probing, 4 + 4 + 3.
     assert stats["batch_sizes"] == {"3": 1, "4": 2} or stats["batch_sizes"] == {3: 1, 4: 2}
     assert stats["autotune"] is None and stats["precision"] == "fp32"
@@ -101,7 +101,7 @@ def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, saved
                            content_type="application/x-image", max_batch_size=4)
     assert not report.ok and report.failed == 1 and report.succeeded == 11
     stats = _lane_stats(report)
-    # The model refused the batch holding bad.png; its objects ran alone on the general path.
+    # The model refused the batch holding bad.png; its images ran alone, unbatched.
     assert stats["failed_batches"] == 1 and stats["objects_run_alone"] == 4
     assert "bad.png.out" not in _outs(out) and len(_outs(out)) == 11
     errors = (out / "_tfbatch" / "errors.jsonl").read_text()
@@ -133,11 +133,13 @@ def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path,
     assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 600
 
 
-def test_scripts_split_jobs_and_json_keep_the_per_object_path(tmp_path, savedmodel, images):
+def test_other_jobs_take_the_dataflow_and_refusals_are_reported_once(tmp_path, savedmodel, images):
     report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "o"),
                            content_type="application/octet-stream")
     assert report.failed == 11  # the service refuses that type, as before
-    assert all(stats["lane"] == "per-object" for stats in report.to_dict()["batches"].values())
+    (stats,) = report.to_dict()["batches"].values()
+    # Refused by the service, each answer reported through the pipeline; none ran twice.
+    assert stats["lane"] == "dataflow" and stats["objects_run_alone"] == 0 and stats["objects"] == 11
 
 
 def _code(tmp_path: Path, script: str) -> Path:

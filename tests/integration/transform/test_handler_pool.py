@@ -1,4 +1,4 @@
-"""Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/script_lane.py).
+"""Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/dataflow.py).
 
 Each job runs twice, with ``handler_workers=0`` (the hooks in the instance's own process,
 the path every earlier release took) and with the pool, and the two must agree byte for
@@ -112,7 +112,7 @@ def test_pool_gives_the_in_process_bytes_and_errors(tmp_path, archive):
     assert sorted(after.errors, key=key) == sorted(before.errors, key=key)
     assert [e["error"] for e in after.errors] == ["this record asked to fail"] * 2
     (stats,) = after.batches.values()
-    assert stats["lane"] == "script-batch" and stats["handler_workers"] == 2 and stats["hops"] > 0
+    assert stats["lane"] == "dataflow" and stats["handler_workers"] == 2 and stats["hops"] > 0
 
 
 def test_batches_of_records_share_one_model_call_and_keep_their_rows(tmp_path, archive):

@@ -108,5 +108,5 @@ def test_handler_workers_import_the_script_while_the_model_loads(tmp_path):
     assert outputs == {f"p{n:02d}.txt.out": {"predictions": [n + 1]} for n in range(12)}
     report = json.loads((out / "_tfbatch" / "report.json").read_text())
     (stats,) = report["batches"].values()
-    assert stats["lane"] == "script-batch"
+    assert stats["lane"] == "dataflow"
     assert stats["workers_started_before_model_loaded"] == stats["handler_workers"] == 2

@@ -1,0 +1,253 @@
+"""The batch dataflow: every object of an instance, many at a time, from listing to commit.
+
+One list of stages, each a method below, run batch at a time by a few dataflow threads:
+
+    chunks of objects (bounded by count and bytes)   _chunks
+ -> read the chunk's objects in parallel             _read      (I/O threads; local and S3)
+ -> split into records, form payloads                _split     (None/Line/RecordIO/TFRecord, gzip, caps)
+ -> form requests                                    _requests  (input_filter)
+ -> predict, across objects, many requests per hop   _predict   (a stage choice, see below)
+ -> responses to records, assemble, write, commit    ObjectPipeline.complete (split_multi_response,
+                                                     output_filter / JoinSource, Assembler in record
+                                                     order, atomic write, ledger group commit)
+
+The predict stage is a choice made once per job (``InstanceRunner``): the handler pool's
+``PooledService.invoke_many`` (``input_handler``, the request decode, ``output_handler`` in
+worker processes, one joint model call per hop), or the in-process ``InferenceService``
+with the hop's requests in flight together so the model server's batcher joins them.
+Either way a request answers exactly what ``invoke`` answers for it alone.
+
+The last stage is the per-object pipeline's own, fed answers instead of invoking: a failed
+answer gets the same retries (transient statuses), isolation (a 400 rerun unbatched),
+record-by-record rerun of a MultiRecord payload and error line there, so a bad record costs
+one line and good records never run twice. An object this flow cannot hold (unreadable,
+larger than ``max_object_bytes`` raw or split, a stream that breaks while splitting) never
+reached user code here; the pipeline runs it from its first byte, streaming, in bounded
+memory, and reports it as it always has.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from tfbatch.errors import TfbatchError
+from tfbatch.handlers.service import InvocationRequest, InvocationResponse
+from tfbatch.records import DataProcessor, Payload, form_payloads, iter_records, open_input
+from tfbatch.storage import ObjectRef
+from tfbatch.storage.io import read_small
+from tfbatch.transform.report import ObjectResult, RecordFailure
+
+log = logging.getLogger(__name__)
+
+Fallback = Callable[[ObjectRef, bool], ObjectResult]
+Finished = Callable[[ObjectResult], None]
+
+MAX_OBJECT_BYTES = 64 * 1024 * 1024  # raw or split: larger objects stream through the per-object pipeline
+CHUNK_BYTES = 16 * 1024 * 1024  # a chunk closes at this many listed bytes (or batch_size objects)
+HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requests)
+
+
+class _Object:
+    """One input object in flight: its payloads, request bodies, then its output parts."""
+
+    __slots__ = ("ref", "had_error_file", "data", "payloads", "bodies", "errors", "responses")
+
+    def __init__(self, ref: ObjectRef, had_error_file: bool):
+        self.ref = ref
+        self.had_error_file = had_error_file
+        self.data: bytes | None = None
+        self.payloads: list[Payload] | None = None
+        self.bodies: list[bytes] = []  # one per payload that reaches the model
+        self.errors: list[TfbatchError | None] = []  # one per payload
+        self.responses: list[InvocationResponse] = []  # one per body
+
+
+class Dataflow:
+    """Runs one instance's objects through the stages; ``predict`` has ``invoke_many``."""
+
+    def __init__(self, spec: Any, predict: Any, pipeline: Any, *, batch_size: int, threads: int,
+                 io_threads: int = 8, max_object_bytes: int | None = None, max_in_flight: int | None = None,
+                 stats: Callable[[], dict] | None = None, chosen_by: dict[str, str] | None = None):
+        self.spec = spec
+        self.predict = predict
+        self.pipeline = pipeline  # assembles, writes and records each object (transform/pipeline.py)
+        self.batch_size = max(1, batch_size)
+        self.threads = max(1, threads)
+        self.io_threads = max(1, io_threads)
+        self.max_object_bytes = max_object_bytes or MAX_OBJECT_BYTES
+        self.processor = DataProcessor(spec.input_filter, spec.output_filter, spec.join_source,
+                                       spec.content_type, spec.accept)
+        self.limit = spec.max_payload_bytes or 0
+        # MaxConcurrentTransforms, when given, caps the objects in flight (never below one chunk).
+        self.max_in_flight = max_in_flight
+        self.extra = stats or dict  # the predict stage's own figures (pool hops, batch sizes), read at the end
+        self.chosen_by = chosen_by  # for the report: which flag, default or the tuner set each knob
+        self._lock = threading.Lock()
+        self.hops = 0
+        self.requests = 0
+        self.objects = 0
+        self.fallbacks = 0
+
+    # ---- stages -----------------------------------------------------------------------
+
+    def _next_size(self) -> int:
+        """Objects per chunk and requests per hop: the tuner's current size, else ``batch_size``."""
+        pick = getattr(self.predict, "next_size", None)
+        return pick(self.batch_size) if pick is not None else self.batch_size
+
+    def _chunks(self, refs: Iterable[tuple[ObjectRef, bool]]) -> Iterator[tuple[list[_Object], int]]:
+        chunk: list[_Object] = []
+        size, want = 0, self._next_size()
+        for ref, had_error in refs:
+            chunk.append(_Object(ref, had_error))
+            size += ref.size or 0
+            if len(chunk) >= want or size >= CHUNK_BYTES:
+                yield chunk, want
+                chunk, size, want = [], 0, self._next_size()
+        if chunk:
+            yield chunk, want
+
+    def _read(self, obj: _Object) -> None:
+        """The whole object, or nothing when it is larger than this stage holds (or unreadable)."""
+        try:
+            if obj.ref.size is not None and obj.ref.size > self.max_object_bytes:
+                return
+            data = read_small(obj.ref.uri, obj.ref.size)
+            obj.data = data if len(data) <= self.max_object_bytes else None
+        except Exception:  # noqa: BLE001 - the per-object pipeline reports it
+            obj.data = None
+
+    def _split(self, obj: _Object) -> None:
+        """Payloads as the per-object pipeline forms them; None if any is bad or they grow too large."""
+        spec, key = self.spec, obj.ref.key
+        obj.payloads = None
+        try:
+            stream = open_input(io.BytesIO(obj.data), spec.compression, source=key)
+            records = iter_records(stream, spec.split_type, source=key, limit=spec.record_limit)
+            payloads, total = [], 0
+            for payload in form_payloads(records, spec.batch_strategy, spec.max_payload_bytes, source=key):
+                total += len(payload.body)
+                if total > self.max_object_bytes:
+                    return  # e.g. a gzip body too large to hold: the pipeline streams it
+                payloads.append(payload)
+        except Exception:  # noqa: BLE001 - e.g. a corrupt gzip stream: reported by the pipeline
+            return
+        finally:
+            obj.data = None  # the payloads hold what is needed from here on
+        if spec.split_type == "None" and not payloads:
+            return  # an empty body is bad input: the pipeline says so
+        obj.payloads = payloads
+
+    def _requests(self, obj: _Object) -> None:
+        """A body per payload that reaches the model; an error for one that cannot (bad record, filter)."""
+        obj.bodies, obj.errors = [], []
+        for payload in obj.payloads:
+            error = payload.error
+            if error is None:
+                try:
+                    obj.bodies.append(self.processor.filter_input(payload.body) if self.processor.active
+                                      else payload.body)
+                except TfbatchError as exc:
+                    error = exc
+            obj.errors.append(error)
+
+    def _predict(self, objs: list[_Object], hop: int) -> None:
+        """Every request of the chunk, across objects, in hops of ``hop`` requests."""
+        flat = [(obj, body) for obj in objs for body in obj.bodies]
+        start = 0
+        while start < len(flat):
+            end, size = start, 0
+            while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
+                size += len(flat[end][1])
+                end += 1
+            reqs = [InvocationRequest(body=body, content_type=self.spec.content_type, accept=self.spec.accept)
+                    for _, body in flat[start:end]]
+            responses = self.predict.invoke_many(reqs, timeout_s=self.spec.invocations_timeout)
+            for (obj, _), response in zip(flat[start:end], responses):
+                obj.responses.append(response)
+            with self._lock:
+                self.hops += 1
+                self.requests += len(reqs)
+            start = end
+
+    # ---- driver -----------------------------------------------------------------------
+
+    def _chunk(self, objs: list[_Object], hop: int, reader: ThreadPoolExecutor, finished: Finished,
+               fallback: Fallback) -> None:
+        for _ in reader.map(self._read, objs):
+            pass
+        formed: list[_Object] = []
+        for obj in objs:
+            if obj.data is not None:
+                self._split(obj)
+            if obj.payloads is None:
+                # Nothing of it reached user code or the model: the pipeline runs it from its first byte.
+                with self._lock:
+                    self.fallbacks += 1
+                finished(fallback(obj.ref, obj.had_error_file))
+            else:
+                self._requests(obj)
+                formed.append(obj)
+        self._predict(formed, hop)
+        for obj in formed:
+            answers = iter(obj.responses)
+            answered = [(p, None, err) if err is not None else (p, next(answers), None)
+                        for p, err in zip(obj.payloads, obj.errors)]
+            result = self._complete(obj, answered)
+            with self._lock:
+                self.objects += 1
+            finished(result)
+            obj.payloads = obj.bodies = obj.responses = obj.errors = None  # type: ignore[assignment]
+
+    def _complete(self, obj: _Object, answered: list) -> ObjectResult:
+        """Assemble, write and record the object; failed answers are retried or isolated there."""
+        try:
+            return self.pipeline.complete(obj.ref, answered, had_error_file=obj.had_error_file)
+        except Exception as exc:  # e.g. the ledger write failed after retries
+            log.exception("object %s failed", obj.ref.key)
+            failure = RecordFailure.from_exception(obj.ref.key, None, None, exc)
+            return ObjectResult(key=obj.ref.key, ok=False, failed_records=1, failures=[failure])
+
+    def run(self, refs: Iterable[tuple[ObjectRef, bool]], fallback: Fallback, finished: Finished) -> None:
+        """``refs`` yields (object, had an error file); every object ends in ``finished`` once.
+
+        ``threads`` chunks run at once (reads, splitting and the model overlap: TensorFlow and
+        the handler pool work off the GIL) and one more waits, so memory is bounded by chunks.
+        """
+        pending: deque[tuple[int, Future]] = deque()
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
+                ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
+            for chunk, hop in self._chunks(refs):
+                while self.max_in_flight and pending and \
+                        sum(n for n, _ in pending) + len(chunk) > self.max_in_flight:
+                    pending.popleft()[1].result()
+                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reader, finished, fallback)))
+                while len(pending) > self.threads:
+                    pending.popleft()[1].result()
+            while pending:
+                pending.popleft()[1].result()
+
+    @property
+    def in_flight_objects(self) -> int:
+        """Objects read or being run at most at once: the chunks the driver keeps submitted."""
+        tuner = getattr(self.predict, "tuner", None)
+        size = self.batch_size if tuner is None else tuner.chosen
+        natural = size * (self.threads + 1)
+        return min(natural, max(size, self.max_in_flight)) if self.max_in_flight else natural
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        tuner = getattr(self.predict, "tuner", None)
+        extra = self.extra()
+        return {"lane": "dataflow", "predict": getattr(self.predict, "name", "handler-pool"),
+                "batches": self.hops, "rows": self.requests, "objects": self.objects,
+                "max_batch_size": self.batch_size if tuner is None else tuner.chosen,
+                "workers": self.threads, "in_flight_objects": self.in_flight_objects, "chosen_by": self.chosen_by,
+                **extra, "objects_run_alone": self.fallbacks + extra.get("objects_run_alone", 0)}

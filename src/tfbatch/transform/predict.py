@@ -1,0 +1,211 @@
+"""The dataflow's predict stage: one of three, chosen once per job by ``InstanceRunner``.
+
+Each has ``invoke_many(requests, timeout_s) -> responses`` (one per request, in order, never
+raising) and answers for every request exactly what ``InferenceService.invoke`` answers for it
+alone, so the stages after it cannot tell which one ran:
+
+- ``PooledService`` (handlers/pooled.py): a model with ``code/inference.py``; the hooks and
+  the request decode run in the handler worker processes, one joint model call per hop.
+- ``ImageBatchPredict``: no script, an image content type and a one-input signature with a
+  free batch dimension taking encoded bytes (decoded in the graph) or a fixed-size image
+  tensor (decoded here by TensorFlow ops, off the GIL): the hop's images go to the model as
+  one batch, and each row is encoded through the same codec as a one-image request.
+- ``InProcessPredict``: any other job with no script; the hop's requests are in flight
+  together so the model server's dynamic batcher joins their rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as wait_all
+from typing import Any
+
+import numpy as np
+
+from tfbatch.errors import RequestTimeout
+from tfbatch.handlers.service import InvocationRequest, InvocationResponse
+
+log = logging.getLogger(__name__)
+
+
+def image_batch_blocker(spec: Any, service: Any) -> str | None:
+    """Why ``ImageBatchPredict`` cannot answer this job (None: it can). Reads the spec and service."""
+    from tfbatch.handlers.defaults import is_image
+
+    if service.handlers is not None:
+        return "the model has a script (code/inference.py)"
+    if not is_image(spec.content_type):
+        return f"content type {spec.content_type!r} is not an image type"
+    servable = service.model_server.resolve(None)
+    sig = servable.signatures[servable.default_signature]
+    if len(sig.inputs) != 1:
+        return "the default signature takes more than one input"
+    for info in (*sig.inputs.values(), *sig.outputs.values()):
+        if info.shape is None or not info.shape or info.shape[0] is not None:
+            return "the signature has no free batch dimension"
+    info = next(iter(sig.inputs.values()))
+    if info.dtype != "string" and _image_target(info, sig.name) is None:
+        return "the default signature takes neither encoded bytes nor a fixed-size image tensor [N, H, W, C]"
+    return None
+
+
+def _image_target(info: Any, signature_name: str):
+    """The decode target of an image-tensor input with both sides fixed, else None."""
+    from tfbatch.errors import InvalidInput
+    from tfbatch.records.imagedecode import ImageTarget
+
+    try:
+        target = ImageTarget.of(info, signature_name)
+    except InvalidInput:
+        return None
+    return target if target.fixed and len(info.shape) == 4 else None
+
+
+class InProcessPredict:
+    """The hop's requests on threads against the in-process service; a stuck call answers a
+    timeout (the pipeline's Invoker then retries it as any 504)."""
+
+    name = "in-process"
+
+    def __init__(self, service: Any, threads: int):
+        self.service = service
+        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="predict")
+
+    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        futures = [self.pool.submit(self.service.invoke, req) for req in reqs]
+        wait_all(futures, timeout=timeout_s)
+        out = []
+        for future in futures:
+            try:
+                out.append(future.result(timeout=0))
+            except FutureTimeout:
+                err = RequestTimeout(f"invocation did not answer within InvocationsTimeoutInSeconds={timeout_s:g}")
+                out.append(InvocationResponse.from_error(err))
+        return out
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {"batcher": self.service.model_server.batcher_stats()}
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ImageBatchPredict:
+    """A hop of encoded images as one batch through the default signature.
+
+    A string input gets the bodies as they are (the model decodes in its graph); an image
+    tensor input [N, H, W, C] gets them decoded, resized and scaled by
+    :mod:`tfbatch.records.imagedecode` (TensorFlow ops in parallel shards, off the GIL; its
+    docstring states the resize rule), the same decoder a one-image request uses.
+    """
+
+    name = "image-batch"
+
+    def __init__(self, service: Any, *, max_image_pixels: int, tuner: Any = None):
+        self.service = service
+        self.servable = service.model_server.resolve(None)
+        self.sig = self.servable.signatures[self.servable.default_signature]
+        ((self.input_key, info),) = self.sig.inputs.items()
+        self.max_image_pixels = max_image_pixels
+        self.decoder = None
+        if info.dtype != "string":
+            from tfbatch.records.imagedecode import decoder_for
+
+            self.decoder = decoder_for(_image_target(info, self.sig.name), max_image_pixels)
+        self.tuner = tuner
+        self._lock = threading.Lock()
+        self._alone = None  # the service over an unbatched view, made on the first refused batch
+        self.batches = 0
+        self.rows = 0
+        self.failed_batches = 0
+        self.run_alone = 0
+        self._histogram: Counter[int] = Counter()
+
+    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        from tfbatch.records.images import check_image
+
+        out: list[InvocationResponse | None] = [None] * len(reqs)
+        if self.decoder is not None:
+            ready, batch = self._decode([req.body for req in reqs])
+        else:
+            ready = []
+            for n, req in enumerate(reqs):
+                try:
+                    # The header check a one-image request gets (format, pixel budget) before any
+                    # allocation; an image that fails it never enters a batch.
+                    check_image(req.body, self.max_image_pixels)
+                    ready.append(n)
+                except Exception:  # noqa: BLE001 - the one-request answer below carries the error
+                    pass
+            batch = np.array([reqs[n].body for n in ready], dtype=object)
+        for n in sorted(set(range(len(reqs))) - set(ready)):
+            # Answered alone, through the one-request path: its error reads as it always has.
+            with self._lock:
+                self.run_alone += 1
+            out[n] = self.service.invoke(reqs[n])
+        if ready:
+            rows = self._model(batch)
+            for i, n in enumerate(ready):
+                out[n] = rows[i] if rows is not None else self._one(reqs[n])
+        return out  # type: ignore[return-value]
+
+    def _decode(self, bodies: list[bytes]) -> tuple[list[int], np.ndarray]:
+        """Image-tensor inputs: the hop's images decoded together (header checks first, inside)."""
+        decoded = self.decoder.decode(bodies)
+        return decoded.rows, decoded.array
+
+    def _model(self, batch: np.ndarray) -> list[InvocationResponse] | None:
+        from tfbatch.runtime import jsonenc
+        from tfbatch.tfs.codec import encode_predict
+
+        started = time.monotonic()
+        try:
+            arrays = self.servable.prepare_inputs(self.sig.name, {self.input_key: batch})
+            outputs = {k: np.asarray(v) for k, v in self.servable.run_prepared(self.sig.name, arrays).items()}
+        except Exception as exc:  # noqa: BLE001 - one bad image fails the batch; each runs alone
+            log.debug("batch of %d failed (%s); images run one by one", len(batch), exc)
+            with self._lock:
+                self.failed_batches += 1
+                self.run_alone += len(batch)
+            return None
+        done = time.monotonic()
+        with self._lock:
+            self.batches += 1
+            self.rows += len(batch)
+            self._histogram[len(batch)] += 1
+            if self.tuner is not None:
+                self.tuner.observe(len(batch), done, time.process_time())
+        # The one-row slice through the same codec gives the bytes a one-image request gives.
+        return [InvocationResponse(status=200, body=jsonenc.dumps(
+            encode_predict({k: v[row:row + 1] for k, v in outputs.items()}, "row", self.sig, native=True)))
+            for row in range(len(batch))]
+
+    def _one(self, req: InvocationRequest) -> InvocationResponse:
+        """One image alone, unbatched, so a neighbour's bad data cannot fail it."""
+        with self._lock:
+            if self._alone is None:
+                self._alone = self.service.with_model_server(self.service.model_server.unbatched())
+            alone = self._alone
+        return alone.invoke(req)
+
+    def next_size(self, fallback: int) -> int:
+        if self.tuner is None:
+            return fallback
+        with self._lock:
+            return self.tuner.next_size()
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {"name": f"{self.servable.name}/{self.servable.version}/{self.sig.name}",
+                "batches": self.batches, "failed_batches": self.failed_batches, "rows": self.rows,
+                "batch_sizes": dict(sorted(self._histogram.items())), "objects_run_alone": self.run_alone,
+                "autotune": None if self.tuner is None else self.tuner.report()}
+
+    def close(self) -> None:
+        return None

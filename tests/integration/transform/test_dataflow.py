@@ -1,0 +1,133 @@
+"""The dataflow (transform/dataflow.py): objects read and split together, requests from many
+objects in one hop, and the same bytes and errors as one request at a time in this process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tfbatch import run_transform
+from tfbatch.testing.models import linear_expected
+from tfbatch.transform import dataflow
+
+COUNTING = """
+import json, os, pathlib
+
+def input_handler(data, context):
+    body = data.read().decode()
+    marker = pathlib.Path(os.environ["CALLS_DIR"]) / body.strip()
+    marker.write_text(str(int(marker.read_text()) + 1 if marker.exists() else 1))
+    if "bad" in body:
+        raise ValueError("bad record " + body.strip())
+    return json.dumps({"instances": [[len(body), 1.0, 2.0]]})
+
+def output_handler(response, context):
+    return response.content, context.accept_header
+"""
+
+
+def _outs(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.out"))
+            if "_tfbatch" not in p.parts}
+
+
+def test_split_records_from_many_objects_share_hops_and_match_the_in_process_path(tmp_path, linear_model):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for f in range(6):
+        (inp / f"part-{f}.jsonl").write_bytes(b"".join(json.dumps([f, i, 1.0]).encode() + b"\n" for i in range(9)))
+    common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
+                  assemble_with="Line", max_batch_size=16)
+    pooled = run_transform(output=str(tmp_path / "pooled"), handler_workers=2, **common)
+    alone = run_transform(output=str(tmp_path / "alone"), handler_workers=0, **common)
+    assert pooled.ok and alone.ok and pooled.records == alone.records == 54
+    (stats,) = pooled.batches.values()
+    # 54 records of 6 objects in hops of 16 requests: the model saw records of several objects at once.
+    assert stats["lane"] == "dataflow" and stats["predict"] == "handler-pool" and stats["rows"] == 54
+    assert stats["batches"] < 6 and stats["objects"] == 6 and stats["objects_run_alone"] == 0
+    (in_process,) = alone.batches.values()
+    assert in_process["predict"] == "in-process"
+    a, b = _outs(tmp_path / "pooled"), _outs(tmp_path / "alone")
+    assert set(a) == set(b) and len(a) == 6
+    for key in a:
+        ours = [json.loads(x)["predictions"][0] for x in a[key].splitlines()]
+        theirs = [json.loads(x)["predictions"][0] for x in b[key].splitlines()]
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5)
+    f = 3
+    expected = linear_expected(np.array([[f, i, 1.0] for i in range(9)], np.float32))
+    got = [json.loads(x)["predictions"][0] for x in a["part-3.jsonl.out"].splitlines()]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+
+
+def test_a_bad_record_costs_its_line_and_good_records_run_once(tmp_path, linear_model, with_script):
+    inp, calls = tmp_path / "in", tmp_path / "calls"
+    inp.mkdir()
+    calls.mkdir()
+    (inp / "a.txt").write_bytes(b"one\nbad1\nthree\n")
+    (inp / "b.txt").write_bytes(b"four\nfive\n")
+    archive = with_script(tmp_path, linear_model, COUNTING)
+    report = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / "out"), split_type="Line",
+                           content_type="text/plain", assemble_with="Line", env={"CALLS_DIR": str(calls)},
+                           handler_workers=2)
+    lines = (tmp_path / "out" / "a.txt.out").read_text().splitlines()
+    assert len(lines) == 3 and "bad record bad1" in json.loads(lines[1])["error"]
+    assert report.failed_records == 1 and report.records == 3 + 2
+    # Only the failed record ran again (once, on its own); its neighbours ran exactly once.
+    counts = {p.name: int(p.read_text()) for p in calls.iterdir()}
+    assert counts["one"] == counts["three"] == counts["four"] == counts["five"] == 1 and counts["bad1"] == 2
+
+
+def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_path, linear_model, monkeypatch):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    small = b"".join(json.dumps([1, i, 1.0]).encode() + b"\n" for i in range(4))
+    big = b"".join(json.dumps([2, i, 1.0]).encode() + b"\n" for i in range(400))
+    (inp / "small.jsonl").write_bytes(small)
+    (inp / "big.jsonl").write_bytes(big)
+    monkeypatch.setattr(dataflow, "MAX_OBJECT_BYTES", len(big) - 1)  # the job runs in this process
+    report = run_transform(model=str(linear_model), input=str(inp), output=str(tmp_path / "out"), split_type="Line",
+                           content_type="application/json", assemble_with="Line", handler_workers=0)
+    assert report.ok and report.records == 404
+    (stats,) = report.batches.values()
+    assert stats["objects_run_alone"] == 1 and stats["objects"] == 1
+    got = [json.loads(x)["predictions"][0] for x in (tmp_path / "out" / "big.jsonl.out").read_text().splitlines()]
+    np.testing.assert_allclose(got, linear_expected(np.array([[2, i, 1.0] for i in range(400)], np.float32)),
+                               rtol=1e-5)
+
+
+def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answers(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from tfbatch.handlers.service import InferenceService, InvocationRequest
+    from tfbatch.runtime import ModelServer
+    from tfbatch.testing.models import make_keras_image_model
+
+    model = make_keras_image_model(tmp_path / "keras" / "1")
+    inp = tmp_path / "in"
+    inp.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(10):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, (48 + i, 80, 3), dtype=np.uint8)).save(buf, format="JPEG")
+        (inp / f"{i}.jpg").write_bytes(buf.getvalue())
+    (inp / "cut.jpg").write_bytes((inp / "0.jpg").read_bytes()[:300])  # sound header, data cut off
+    report = run_transform(model=str(model.parent), input=str(inp), output=str(tmp_path / "out"),
+                           content_type="application/x-image", max_batch_size=4)
+    (stats,) = report.batches.values()
+    assert stats["predict"] == "image-batch" and stats["rows"] == 10 and stats["objects_run_alone"] == 1
+    assert report.succeeded == 10 and report.failed == 1 and "cut.jpg" in report.errors[0]["object"]
+    # The one-request path (the endpoint's, and the per-object pipeline's) on each image alone.
+    server = ModelServer({"model": {1: model}})
+    try:
+        service = InferenceService(server)
+        for i in range(10):
+            body = (inp / f"{i}.jpg").read_bytes()
+            alone = service.invoke(InvocationRequest(body=body, content_type="application/x-image"))
+            ours = json.loads((tmp_path / "out" / f"{i}.jpg.out").read_bytes())["predictions"]
+            np.testing.assert_allclose(ours, json.loads(alone.body)["predictions"], rtol=1e-5, atol=1e-6)
+    finally:
+        server.close()
