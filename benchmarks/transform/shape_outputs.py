@@ -114,7 +114,7 @@ def steady_rate(finished: list[tuple[float, int]], skip_fraction: float = 0.1) -
     for t, n in ordered:
         seen += n
         start = t
-        if seen > mark:
+        if seen >= mark:
             break
     counted = sum(n for t, n in ordered if t > start)
     span = ordered[-1][0] - start
