@@ -85,3 +85,14 @@ def test_multirecord_payloads_fill_up_to_the_limit_and_never_split_a_record():
     assert bodies == [b"000\n001\n002\n", b"003\n004\n005\n", b"006\n007\n008\n", b"009\n"]
     assert payloads(data, "Line", "SingleRecord", 12)[:2] == [b"000", b"001"]
     assert payloads(b"x" * 20 + b"\n", "Line", "MultiRecord", 4) == [b"x" * 20 + b"\n"]  # one oversize record alone
+
+
+def test_marginal_rate_cancels_start_up_and_reports_a_failed_half_job():
+    from benchmarks.transform.shapes import marginal
+
+    full = {"ok": True, "error": None, "records": 1000, "wall_s": 14.0, "cpu_s": 20.0}
+    half = {"ok": True, "error": None, "records": 500, "wall_s": 9.0, "cpu_s": 15.0}
+    got = marginal(full, half)
+    assert got["steady_per_s"] == pytest.approx(100.0) and got["steady_cpu_ms_per_record"] == pytest.approx(10.0)
+    broken = marginal(full, {**half, "ok": False, "error": "exit code 1"})
+    assert broken == {"ok": False, "error": "half job: exit code 1"}

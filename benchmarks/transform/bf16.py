@@ -1,0 +1,94 @@
+"""``--precision bf16`` vs fp32 on MobileNetV2: speed and top-1 agreement, same job, same run.
+
+Runs ``tfbatch transform`` on the scriptless MobileNetV2 archive of :mod:`benchmarks.common.models`
+(string input, JPEG decoded in the graph, random weights: same compute as trained ones) over
+~22 KB JPEGs, alternating fp32 and bf16 (ABBA per round, so drift in the shared machine's load
+falls on both), and compares every bf16 output with the fp32 one of the same round.
+bf16 needs AVX512-BF16 or AMX (tfbatch refuses it elsewhere), or a GPU for fp16.
+
+    python -m benchmarks.transform.bf16 --images 500 --rounds 1 --out benchmarks/transform/bf16.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+
+@dataclass
+class _Job:
+    a: list[str]
+    records: int
+    objects: int
+
+
+def _confidence(rows: dict[str, list[list[float]]]) -> dict[str, float]:
+    """How decided fp32's answers are: random weights give near-flat softmax rows, where a
+    rounding-sized change can swap the top two classes."""
+    top = np.array([sorted(r, reverse=True)[:2] for rs in rows.values() for r in rs])
+    return {"median_top1_prob": float(np.median(top[:, 0])), "median_top1_margin": float(np.median(top[:, 0] - top[:, 1]))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.common.models import ensure_artifact, scriptless_archive
+    from benchmarks.transform import shape_runner
+    from benchmarks.transform.bench import machine
+    from benchmarks.transform.shape_data import jpegs
+    from benchmarks.transform.shape_outputs import agreement
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.bf16", description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--model", default="mobilenet_v2")
+    parser.add_argument("--precision", default="bf16", help="the reduced precision to compare with fp32")
+    parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
+    parser.add_argument("--out", default="benchmarks/transform/bf16.json")
+    parser.add_argument("--note", default="")
+    args = parser.parse_args(argv)
+    workdir = Path(args.workdir)
+    inputs = jpegs(workdir, args.images)
+    archive = scriptless_archive(ensure_artifact(args.model, workdir))
+    result: dict = {"command": "python -m benchmarks.transform.bf16 " + " ".join(argv or sys.argv[1:]),
+                    "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "note": args.note,
+                    "load_average_before": os.getloadavg(), "runs": [], "rounds": []}
+    for round_no in range(args.rounds):
+        rows: dict[str, dict] = {}
+        for n, precision in enumerate(("fp32", args.precision, args.precision, "fp32")):
+            job = _Job([sys.executable, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
+                        "--content-type", "application/x-image", "--precision", precision], args.images, args.images)
+            run = shape_runner.run("a", job, workdir / "bf16" / f"{precision}-{n}", workdir / "logs",
+                                   f"bf16-{precision}-{n}", 1800)
+            rows.setdefault(precision, run["_rows"])
+            run = {k: v for k, v in run.items() if k != "_rows"}
+            result["runs"].append({**run, "precision": precision, "round": round_no, "position": n})
+            print(f"[{precision}] ok={run['ok']} {run['steady_per_s'] or 0:.1f} img/s steady, "
+                  f"{run['end_to_end_per_s'] or 0:.1f} whole, CPU {run['steady_cpu_ms_per_record'] or 0:.2f} ms/img", flush=True)
+        agree = agreement(rows["fp32"], rows[args.precision])
+        result["rounds"].append({"agreement": agree, "fp32_confidence": _confidence(rows["fp32"])})
+    ok = [r for r in result["runs"] if r["ok"]]
+
+    def med(precision: str, key: str) -> float | None:
+        values = [r[key] for r in ok if r["precision"] == precision and r[key] is not None]
+        return median(values) if values else None
+
+    result["summary"] = {p: {k: med(p, k) for k in ("steady_per_s", "end_to_end_per_s", "steady_cpu_ms_per_record")}
+                         for p in ("fp32", args.precision)}
+    s32, s16 = result["summary"]["fp32"]["steady_per_s"], result["summary"][args.precision]["steady_per_s"]
+    result["summary"]["speedup_steady"] = s16 / s32 if s32 and s16 else None
+    result["load_average_after"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps({"summary": result["summary"], "rounds": result["rounds"]}, indent=1))
+    return 0 if len(ok) == len(result["runs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
