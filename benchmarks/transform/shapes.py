@@ -69,11 +69,20 @@ class Job:
                    swap(self.c_client), self.split)
 
 
+@dataclass(frozen=True)
+class Scale:
+    """Fractions of the full sizes: ``images`` (5,000 JPEGs) and ``table`` (20 x 5,000 rows;
+    rows are cheap, and too few leave nothing but start-up to measure)."""
+
+    images: float
+    table: float = 1.0
+
+
 @dataclass
 class Shape:
     name: str
     title: str
-    build: Callable[[Path, float], Job]
+    build: Callable[[Path, Scale], Job]
 
 
 def _tfbatch(archive: Path, inputs: Path, content_type: str, *flags: str) -> list[str]:
@@ -96,8 +105,8 @@ def _tfdata(kind: str, model_dir: Path, inputs: Path, *flags: str) -> list[str]:
             "--input", str(inputs), *flags]
 
 
-def _count(scale: float) -> int:
-    return max(20, round(IMAGES * scale))
+def _count(scale: Scale) -> int:
+    return max(20, round(IMAGES * scale.images))
 
 
 def _tiny(workdir: Path) -> Path:
@@ -106,7 +115,7 @@ def _tiny(workdir: Path) -> Path:
     return ensure_artifact("tiny", workdir)
 
 
-def jpeg_bytes(workdir: Path, scale: float, *, script: bool = False) -> Job:
+def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
     n = _count(scale)
     inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
     from benchmarks.common.models import scriptless_archive
@@ -117,7 +126,7 @@ def jpeg_bytes(workdir: Path, scale: float, *, script: bool = False) -> Job:
                _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
 
 
-def jpeg_float(workdir: Path, scale: float) -> Job:
+def jpeg_float(workdir: Path, scale: Scale) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
     model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
@@ -126,7 +135,7 @@ def jpeg_float(workdir: Path, scale: float) -> Job:
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
 
-def framed_images(workdir: Path, scale: float, *, framing: str, multi: bool = False) -> Job:
+def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = False) -> Job:
     n = _count(scale)
     inputs, tiny = data.framed(workdir, framing, n), _tiny(workdir)
     # RecordIO skips the few images that hold its magic (shape_data.recordio_frame): count what is there.
@@ -152,8 +161,8 @@ def framed_images(workdir: Path, scale: float, *, framing: str, multi: bool = Fa
                _server(archive), _client(archive, inputs, content_type, *job_flags), split)
 
 
-def table(workdir: Path, scale: float, *, framing: str) -> Job:
-    rows = max(100, round(TABLE_ROWS * scale))
+def table(workdir: Path, scale: Scale, *, framing: str) -> Job:
+    rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
     content_type = "text/csv" if framing == "csv" else "application/jsonlines"
@@ -258,8 +267,12 @@ def markdown(results: dict) -> str:
              "`agrees` = every object has (b)'s rows within float rounding. Steady rates come from the output "
              "files' finish times, or, marked *, for shapes with few objects (which finish in clumps), from the "
              "whole job minus a run on its first half of the objects (start-up cancels out).", "",
-             "| shape | records | (a) tfbatch | (b) tf.data | (c) HTTP | a/b steady | a/b whole | a/c steady | a/c whole | agrees a, c |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "`CPU` ratios are the other contender's steady CPU per record over (a)'s: above 1 means (a) needs "
+             "less CPU per record, the load-robust reading on a shared machine (on 2 saturated cores throughput "
+             "is about 2,000 / CPU ms per record).", "",
+             "| shape | records | (a) tfbatch | (b) tf.data | (c) HTTP | a/b steady | a/b whole | a/b CPU "
+             "| a/c steady | a/c whole | a/c CPU | agrees a, c |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, shape in results["shapes"].items():
         last = {r["contender"]: r for r in shape["runs"] if r["round"] == shape["rounds"] - 1}
         cells = []
@@ -272,10 +285,24 @@ def markdown(results: dict) -> str:
         agree = ", ".join("yes" if last.get(c, {}).get("agreement_with_b", {}).get("same") else
                           ("–" if c not in last else "NO") for c in "ac")
         lines.append(f"| {name} | {shape['records']} | " + " | ".join(cells) + " | "
-                     + " | ".join(_f(rat.get(k, {}).get(m), 2) + "×" for k in ("a/b", "a/c")
-                                  for m in ("steady_per_s", "end_to_end_per_s")) + f" | {agree} |")
+                     + " | ".join(_f(value, 2) + "×" for k in ("a/b", "a/c")
+                                  for value in (rat.get(k, {}).get("steady_per_s"), rat.get(k, {}).get("end_to_end_per_s"),
+                                                cpu_ratio(shape["runs"], k[-1])))
+                     + f" | {agree} |")
     lines += ["", "Shapes:", ""] + [f"- **{s.name}**: {s.title}" for s in SHAPES if s.name in results["shapes"]]
     return "\n".join(lines) + "\n"
+
+
+def cpu_ratio(runs: list[dict], other: str) -> float | None:
+    """Median over rounds of other's steady CPU per record / (a)'s."""
+    values = []
+    for n in sorted({r["round"] for r in runs}):
+        by = {r["contender"]: r for r in runs if r["round"] == n and r["ok"]}
+        if "a" in by and other in by:
+            value = ratio(by[other]["steady_cpu_ms_per_record"], by["a"]["steady_cpu_ms_per_record"])
+            if value is not None:
+                values.append(value)
+    return median(values) if values else None
 
 
 def _median_ratios(rounds: list[dict]) -> dict:
@@ -295,13 +322,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="all", help="comma list of " + ", ".join(names) + ", or all")
     parser.add_argument("--scale", type=float, default=0.4,
                         help="fraction of the full size (5,000 JPEGs; 20 x 5,000 rows); 0.4 keeps a run near 10 min on 2 cores")
+    parser.add_argument("--table-scale", type=float, default=1.0,
+                        help="--scale for the CSV and JSON Lines shapes (default full size: 20 x 5,000 rows)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds; contender order rotates each round")
     parser.add_argument("--contenders", default="abc")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
     parser.add_argument("--out", default="benchmarks/transform/shapes.json")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per contender")
     parser.add_argument("--note", default="")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the markdown table of a results file")
     args = parser.parse_args(argv)
+    if args.render:
+        Path(args.render).with_suffix(".md").write_text(markdown(json.loads(Path(args.render).read_text())))
+        return 0
     chosen = names if args.shapes == "all" else [s.strip() for s in args.shapes.split(",") if s.strip()]
     unknown = sorted(set(chosen) - set(names))
     if unknown or args.repeat < 1 or not 0 < args.scale <= 10 or set(args.contenders) - set("abc"):
@@ -309,13 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir)
     results: dict[str, Any] = {
         "command": "python -m benchmarks.transform.shapes " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "scale": args.scale,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "scale": args.scale, "table_scale": args.table_scale,
         "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
     jobs = {}
     for shape in SHAPES:
         if shape.name in chosen:
             print(f"preparing {shape.name} ...", flush=True)
-            jobs[shape.name] = shape.build(workdir, args.scale)
+            jobs[shape.name] = shape.build(workdir, Scale(args.scale, args.table_scale))
             for path in jobs[shape.name].input.rglob("*"):  # the same warm page cache for everyone
                 if path.is_file():
                     path.read_bytes()

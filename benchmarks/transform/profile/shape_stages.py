@@ -32,7 +32,8 @@ from pathlib import Path
 
 from benchmarks.transform.profile.pyspy_raw import samples, split_process
 
-STARTUP = ("start-up: imports", "start-up: model load")
+NATIVE = "no Python frame (interpreter start/exit, native code)"
+STARTUP = ("start-up: imports", "start-up: model load", NATIVE)
 STAGES = [
     ("start-up: imports", ("<frozen importlib", "_find_and_load")),
     ("start-up: model load", ("artifact/", "Servable", "saved_model/load", "load_saved", "warmup")),
@@ -57,6 +58,8 @@ OTHER = "other (interpreter, GC, native frames)"
 
 
 def stage_of(frames: list[str]) -> str:
+    if not frames:  # mostly the interpreter starting and exiting: listed apart, like start-up
+        return NATIVE
     for stage, markers in STAGES:
         if any(m in frame for frame in frames for m in markers):
             return stage
@@ -83,13 +86,14 @@ def breakdown(raw: str, rate: float, records: int, cpu_ms_per_record: float | No
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.transform import shape_runner
-    from benchmarks.transform.shapes import SHAPES
+    from benchmarks.transform.shapes import SHAPES, Scale
 
     names = [s.name for s in SHAPES]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.profile.shape_stages",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="all")
     parser.add_argument("--scale", type=float, default=0.2)
+    parser.add_argument("--table-scale", type=float, default=1.0, help="--scale of the CSV and JSON Lines shapes")
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second per thread")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
     parser.add_argument("--out", default="benchmarks/transform/profile/shapes-stages.json")
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for shape in SHAPES:
         if shape.name not in chosen:
             continue
-        job = shape.build(workdir, args.scale)
+        job = shape.build(workdir, Scale(args.scale, args.table_scale))
         # The same job once without py-spy, for the CPU per record py-spy itself does not disturb.
         plain = shape_runner.run("a", job, workdir / "profile" / shape.name / "plain", workdir / "logs",
                                  f"profile-{shape.name}", 1800)

@@ -96,3 +96,14 @@ def test_marginal_rate_cancels_start_up_and_reports_a_failed_half_job():
     assert got["steady_per_s"] == pytest.approx(100.0) and got["steady_cpu_ms_per_record"] == pytest.approx(10.0)
     broken = marginal(full, {**half, "ok": False, "error": "exit code 1"})
     assert broken == {"ok": False, "error": "half job: exit code 1"}
+
+
+def test_cpu_ratio_is_the_median_over_rounds_of_other_over_a():
+    from benchmarks.transform.shapes import cpu_ratio
+
+    def run(c, n, cpu, ok=True):
+        return {"contender": c, "round": n, "ok": ok, "steady_cpu_ms_per_record": cpu}
+
+    runs = [run("a", 0, 1.0), run("b", 0, 0.5), run("a", 1, 2.0), run("b", 1, 2.0), run("a", 2, 1.0), run("b", 2, 9.0, ok=False)]
+    assert cpu_ratio(runs, "b") == 0.75  # rounds 0 and 1; round 2's (b) failed
+    assert cpu_ratio(runs, "c") is None
