@@ -1,7 +1,8 @@
 """``--precision bf16`` vs fp32 on MobileNetV2: speed and top-1 agreement, same job, same run.
 
-Runs ``tfbatch transform`` on the scriptless MobileNetV2 archive of :mod:`benchmarks.common.models`
-(string input, JPEG decoded in the graph, random weights: same compute as trained ones) over
+Runs ``tfbatch transform`` on a scriptless MobileNetV2 archive (:mod:`benchmarks.common.models`:
+string input, JPEG decoded in the graph; random weights with BatchNorm statistics set from real
+photos, see :func:`calibrate_batchnorm`: same compute as trained ones, decided answers) over
 ~22 KB JPEGs, alternating fp32 and bf16 (ABBA per round, so drift in the shared machine's load
 falls on both), and compares every bf16 output with the fp32 one of the same round.
 bf16 needs AVX512-BF16 or AMX (tfbatch refuses it elsewhere), or a GPU for fp16.
@@ -31,6 +32,51 @@ class _Job:
     objects: int
 
 
+def calibrate_batchnorm(model, images) -> None:
+    """Give every BatchNorm layer the mean and variance its input has on ``images``.
+
+    With random weights and the initial statistics (mean 0, variance 1), MobileNetV2's
+    activations shrink to nothing over its depth and every image gets the same flat
+    softmax (0.001 for each of 1,000 classes): a top-1 comparison would be vacuous. Setting
+    the statistics from real photos, layer by layer from the input, keeps activations at unit
+    scale, so images get distinct, decided answers: weights made locally, nothing downloaded.
+    """
+    import keras
+    import numpy as np
+
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            inputs = keras.Model(model.inputs, layer.input)(images, training=False)
+            axes = tuple(range(len(inputs.shape) - 1))
+            mean = np.mean(inputs, axis=axes)
+            var = np.var(inputs, axis=axes)
+            gamma, beta, _, _ = layer.get_weights()
+            layer.set_weights([gamma, beta, mean, var])
+
+
+def calibrated_artifact(name: str, workdir: Path, inputs: Path, count: int = 32) -> Path:
+    """``<workdir>/models/<name>-calibrated/``: the benchmark model with BatchNorm statistics
+    from the first ``count`` JPEGs (:func:`calibrate_batchnorm`); built once."""
+    import json as _json
+
+    import tensorflow as tf
+
+    from benchmarks.common.models import IMAGE_SIZE, decode_and_resize, export_savedmodel
+    from tfbatch.artifact import package
+
+    folder = workdir / "models" / f"{name}-calibrated"
+    archive = folder / "model-noscript.tar.gz"
+    if archive.exists():
+        return archive
+    files = sorted(inputs.iterdir())[:count]
+    batch = tf.stack([decode_and_resize(tf.io.read_file(str(f)), IMAGE_SIZE) for f in files])
+    savedmodel = export_savedmodel(name, folder / "savedmodel" / "1", prepare=lambda m: calibrate_batchnorm(m, batch))
+    package([savedmodel], folder / "partial.tar.gz", versions=[1])
+    os.replace(folder / "partial.tar.gz", archive)
+    (folder / "meta.json").write_text(_json.dumps({"name": name, "calibration_images": count}))
+    return archive
+
+
 def _confidence(rows: dict[str, list[list[float]]]) -> dict[str, float]:
     """How decided fp32's answers are: random weights give near-flat softmax rows, where a
     rounding-sized change can swap the top two classes."""
@@ -52,11 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="bf16", help="the reduced precision to compare with fp32")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
     parser.add_argument("--out", default="benchmarks/transform/bf16.json")
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="the plain random-weight model (flat softmax: top-1 agreement means nothing)")
     parser.add_argument("--note", default="")
     args = parser.parse_args(argv)
     workdir = Path(args.workdir)
     inputs = jpegs(workdir, args.images)
-    archive = scriptless_archive(ensure_artifact(args.model, workdir))
+    archive = (calibrated_artifact(args.model, workdir, inputs) if args.calibrate
+               else scriptless_archive(ensure_artifact(args.model, workdir)))
     result: dict = {"command": "python -m benchmarks.transform.bf16 " + " ".join(argv or sys.argv[1:]),
                     "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "note": args.note,
                     "load_average_before": os.getloadavg(), "runs": [], "rounds": []}

@@ -262,7 +262,7 @@ def markdown(results: dict) -> str:
              f"commit {results['machine'].get('git_commit')}, scale {results['scale']}, "
              f"load average before {results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. "
              + results["note"], "",
-             "Records/s steady (whole process after the slash); CPU ms per record, steady, in brackets. "
+             "Records/s steady / whole process; in brackets CPU ms per record, steady; whole process. "
              "Ratios are the median over rounds of a/b and a/c in the same round. "
              "`agrees` = every object has (b)'s rows within float rounding. Steady rates come from the output "
              "files' finish times, or, marked *, for shapes with few objects (which finish in clumps), from the "
@@ -270,9 +270,10 @@ def markdown(results: dict) -> str:
              "`CPU` ratios are the other contender's steady CPU per record over (a)'s: above 1 means (a) needs "
              "less CPU per record, the load-robust reading on a shared machine (on 2 saturated cores throughput "
              "is about 2,000 / CPU ms per record).", "",
-             "| shape | records | (a) tfbatch | (b) tf.data | (c) HTTP | a/b steady | a/b whole | a/b CPU "
-             "| a/c steady | a/c whole | a/c CPU | agrees a, c |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "`CPU whole` is the same with every process's CPU from launch to exit (start-up included).", "",
+             "| shape | records | (a) tfbatch | (b) tf.data | (c) HTTP | a/b steady | a/b whole | a/b CPU | a/b CPU whole "
+             "| a/c steady | a/c whole | a/c CPU | a/c CPU whole | agrees a, c |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, shape in results["shapes"].items():
         last = {r["contender"]: r for r in shape["runs"] if r["round"] == shape["rounds"] - 1}
         cells = []
@@ -280,26 +281,28 @@ def markdown(results: dict) -> str:
             r = last.get(c)
             mark = "*" if r is not None and r.get("steady_method", "").startswith("whole") else ""
             cells.append("–" if r is None else (f"{_f(r['steady_per_s'], 0)}{mark} / {_f(r['end_to_end_per_s'], 0)} "
-                                                f"({_f(r['steady_cpu_ms_per_record'], 2)})" if r["ok"] else "failed"))
+                                                f"({_f(r['steady_cpu_ms_per_record'], 2)}; "
+                                                f"{_f(r['cpu_ms_per_record'], 2)})" if r["ok"] else "failed"))
         rat = shape["ratios"]
         agree = ", ".join("yes" if last.get(c, {}).get("agreement_with_b", {}).get("same") else
                           ("–" if c not in last else "NO") for c in "ac")
         lines.append(f"| {name} | {shape['records']} | " + " | ".join(cells) + " | "
                      + " | ".join(_f(value, 2) + "×" for k in ("a/b", "a/c")
                                   for value in (rat.get(k, {}).get("steady_per_s"), rat.get(k, {}).get("end_to_end_per_s"),
-                                                cpu_ratio(shape["runs"], k[-1])))
+                                                cpu_ratio(shape["runs"], k[-1]),
+                                                cpu_ratio(shape["runs"], k[-1], "cpu_ms_per_record")))
                      + f" | {agree} |")
     lines += ["", "Shapes:", ""] + [f"- **{s.name}**: {s.title}" for s in SHAPES if s.name in results["shapes"]]
     return "\n".join(lines) + "\n"
 
 
-def cpu_ratio(runs: list[dict], other: str) -> float | None:
-    """Median over rounds of other's steady CPU per record / (a)'s."""
+def cpu_ratio(runs: list[dict], other: str, key: str = "steady_cpu_ms_per_record") -> float | None:
+    """Median over rounds of other's CPU per record (steady by default) / (a)'s."""
     values = []
     for n in sorted({r["round"] for r in runs}):
         by = {r["contender"]: r for r in runs if r["round"] == n and r["ok"]}
         if "a" in by and other in by:
-            value = ratio(by[other]["steady_cpu_ms_per_record"], by["a"]["steady_cpu_ms_per_record"])
+            value = ratio(by[other][key], by["a"][key])
             if value is not None:
                 values.append(value)
     return median(values) if values else None
