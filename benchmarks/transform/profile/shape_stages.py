@@ -33,10 +33,18 @@ from pathlib import Path
 from benchmarks.transform.profile.pyspy_raw import samples, split_process
 
 NATIVE = "no Python frame (interpreter start/exit, native code)"
-STARTUP = ("start-up: imports", "start-up: model load", NATIVE)
+WAITING = "blocked (lock/condition waits, pipe reads, idle event loops and servers)"
+STARTUP = ("start-up: imports", "start-up: model load", NATIVE)  # model load includes loopback servers and exit
+APART = STARTUP + (WAITING,)  # listed, but not in the steady shares: no CPU, or not per record
+# A sample whose innermost frame is one of these is a thread parked, not working: py-spy's
+# "active" filter still counts such Python-level waits.
+WAIT_LEAVES = ("Condition.wait", "_wait_for_tstate_lock", "Popen._wait", "Runner.run (asyncio", "_serve (grpc",
+               "recv_into", "_make_invoke_excepthook", "_worker (concurrent", "Event.wait", "Queue.get",
+               "select (selectors", "poll (", "sleep (", "accept (", "Thread.join")
 STAGES = [
     ("start-up: imports", ("<frozen importlib", "_find_and_load")),
-    ("start-up: model load", ("artifact/", "Servable", "saved_model/load", "load_saved", "warmup")),
+    ("start-up: model load", ("artifact/", "Servable", "saved_model/load", "load_saved", "warmup", "build_stack",
+                              "LoopbackEndpoints", "start_grpc_server", "_python_exit")),
     ("user handler (input_handler / output_handler)", ("input_handler", "output_handler", "inference.py")),
     ("model call (TensorFlow, Python side)", ("_call_flat", "quick_execute", "run_prepared", "tensorflow/python")),
     ("image decode + resize on host (PIL, header checks)", ("decode_image", "image_inputs", "PIL/", "records/images.py")),
@@ -60,6 +68,9 @@ OTHER = "other (interpreter, GC, native frames)"
 def stage_of(frames: list[str]) -> str:
     if not frames:  # mostly the interpreter starting and exiting: listed apart, like start-up
         return NATIVE
+    if any(leaf in frames[-1] for leaf in WAIT_LEAVES) and not any(
+            m in frame for frame in frames for m in STAGES[0][1]):
+        return WAITING
     for stage, markers in STAGES:
         if any(m in frame for frame in frames for m in markers):
             return stage
@@ -71,10 +82,10 @@ def breakdown(raw: str, rate: float, records: int, cpu_ms_per_record: float | No
     for frames, n in samples(raw):
         # Process and thread frames name command lines (input paths): only code frames count.
         by_stage[stage_of(split_process(frames)[1])] += n
-    steady = {k: v for k, v in by_stage.items() if k not in STARTUP}
+    steady = {k: v for k, v in by_stage.items() if k not in APART}
     steady_total = sum(steady.values()) or 1
     ms = {k: 1000 * v / rate / records for k, v in by_stage.most_common()}
-    sampled_steady_ms = sum(v for k, v in ms.items() if k not in STARTUP)
+    sampled_steady_ms = sum(v for k, v in ms.items() if k not in APART)
     return {
         "records": records,
         "thread_ms_per_record": {k: round(v, 3) for k, v in ms.items()},
@@ -97,7 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second per thread")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
     parser.add_argument("--out", default="benchmarks/transform/profile/shapes-stages.json")
+    parser.add_argument("--reuse", metavar="JSON",
+                        help="re-read the raw py-spy files of an earlier run (in --workdir) with these stages; "
+                             "its measured CPU per record is kept")
     args = parser.parse_args(argv)
+    if args.reuse:
+        return reanalyse(Path(args.reuse), Path(args.workdir), args.rate)
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     chosen = names if args.shapes == "all" else args.shapes.split(",")
     workdir = Path(args.workdir)
@@ -132,6 +148,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def reanalyse(previous: Path, workdir: Path, rate: int) -> int:
+    result = json.loads(previous.read_text())
+    for name, entry in result["shapes"].items():
+        fresh = breakdown(str(workdir / "profile" / f"{name}.raw"), rate, entry["records"],
+                          entry["cpu_ms_per_record_measured"])
+        result["shapes"][name] = {**fresh, "plain_run_ok": entry.get("plain_run_ok")}
+    previous.write_text(json.dumps(result, indent=1))
+    previous.with_suffix(".md").write_text(markdown(result))
+    print(previous.with_suffix(".md").read_text())
+    return 0
+
+
 def markdown(result: dict) -> str:
     stages = [s for s, _ in STAGES if s not in STARTUP] + [OTHER]
     shapes = list(result["shapes"])
@@ -140,10 +168,10 @@ def markdown(result: dict) -> str:
              f"{result['load_average_after'][0]:.1f} after (shared 2-core VM). Cells: Python thread-ms per record "
              "(share of steady sampled time). `CPU measured` is the whole job's CPU ms/record (start-up "
              "included) from an unprofiled run of the same job; `unsampled` = measured minus sampled steady "
-             "thread time, mostly TensorFlow's C++ pools (model, in-graph decode) — negative where Python "
-             "threads were sampled while blocked.", "",
+             "thread time (blocked threads left out), mostly TensorFlow's C++ pools (model, in-graph decode) "
+             "and the kernel's side of file and pipe I/O.", "",
              "| stage | " + " | ".join(shapes) + " |", "|---|" + "---:|" * len(shapes)]
-    for stage in list(STARTUP) + stages:
+    for stage in list(APART) + stages:
         cells = []
         for name in shapes:
             entry = result["shapes"][name]
