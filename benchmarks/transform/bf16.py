@@ -84,6 +84,21 @@ def _confidence(rows: dict[str, list[list[float]]]) -> dict[str, float]:
     return {"median_top1_prob": float(np.median(top[:, 0])), "median_top1_margin": float(np.median(top[:, 0] - top[:, 1]))}
 
 
+def agreement_by_margin(reference: dict[str, list[list[float]]], other: dict[str, list[list[float]]],
+                        thresholds=(0.0, 0.0002, 0.0005, 0.001)) -> list[dict]:
+    """Top-1 agreement among the rows whose reference top-1 leads its runner-up by more than
+    each threshold: a flip where the lead is below the reduced precision's error is expected."""
+    margins, same = [], []
+    for key in sorted(set(reference) & set(other)):
+        for ref, got in zip(reference[key], other[key]):
+            top = sorted(ref, reverse=True)
+            margins.append(top[0] - top[1])
+            same.append(int(np.argmax(ref)) == int(np.argmax(got)))
+    margins_a, same_a = np.array(margins), np.array(same)
+    return [{"margin_over": t, "rows": int((margins_a > t).sum()),
+             "same_top1": float(same_a[margins_a > t].mean()) if (margins_a > t).any() else None} for t in thresholds]
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.common.models import ensure_artifact, scriptless_archive
     from benchmarks.transform import shape_runner
@@ -122,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{precision}] ok={run['ok']} {run['steady_per_s'] or 0:.1f} img/s steady, "
                   f"{run['end_to_end_per_s'] or 0:.1f} whole, CPU {run['steady_cpu_ms_per_record'] or 0:.2f} ms/img", flush=True)
         agree = agreement(rows["fp32"], rows[args.precision])
-        result["rounds"].append({"agreement": agree, "fp32_confidence": _confidence(rows["fp32"])})
+        result["rounds"].append({"agreement": agree, "fp32_confidence": _confidence(rows["fp32"]),
+                                 "by_fp32_margin": agreement_by_margin(rows["fp32"], rows[args.precision])})
     ok = [r for r in result["runs"] if r["ok"]]
 
     def med(precision: str, key: str) -> float | None:
