@@ -74,7 +74,7 @@ def decode_and_resize(encoded, size: int = IMAGE_SIZE):
 
 
 def export_savedmodel(name: str, target: str | Path, *, size: int | None = None, classes: int | None = None,
-                      seed: int = 0) -> Path:
+                      seed: int = 0, prepare: Callable | None = None) -> Path:
     """Build ``name`` with random weights and write a SavedModel with both signatures."""
     import keras
     import tensorflow as tf
@@ -85,6 +85,8 @@ def export_savedmodel(name: str, target: str | Path, *, size: int | None = None,
     classes = classes or (10 if name == "tiny" else CLASSES)
     keras.utils.set_random_seed(seed)
     model = _builders()[name]((size, size, 3), classes)
+    if prepare is not None:  # e.g. set weights or statistics before the graph is traced
+        prepare(model)
 
     module = tf.Module()
     module.model = model

@@ -1,0 +1,245 @@
+"""Inputs and models for the job-shape benchmark (:mod:`benchmarks.transform.shapes`), cached.
+
+Everything is made here, deterministically, from the photos that ship in scikit-image and
+scikit-learn (:mod:`benchmarks.common.dataset`) and from a seeded random generator:
+
+* ``jpegs``: small JPEGs (18-26 KB, ~22 KB median), one per file;
+* ``tfrecord``: the same JPEGs as ``tf.train.Example`` records (``image/encoded``), in 10 shards;
+* ``recordio``: the same JPEGs framed as MXNet RecordIO, in 10 files;
+* ``csv`` / ``jsonl``: 20 files of rows of 32 floats (CSV, or compact JSON arrays).
+
+Models (random weights; same compute as trained ones): the ``tiny`` string-input model of
+:mod:`benchmarks.common.models` (decodes JPEG in its graph), ``float64`` (a small Keras CNN
+saved with ``tf.saved_model.save(keras_model)``: ``serving_default`` takes float32
+``[None, 64, 64, 3]``, the most common export) and ``vec32`` (Dense layers on ``[None, 32]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+from benchmarks.common.dataset import make_jpeg
+
+JPEG_MIN, JPEG_MAX = 18 * 1024, 26 * 1024
+SHARDS = 10          # TFRecord and RecordIO files
+TABLE_FILES = 20     # CSV and JSON Lines files
+COLUMNS = 32
+RECORDIO_MAGIC = 0xCED7230A
+
+# Seed 004's second job, written anew: parse the Example, base64-wrap its image for TFS REST;
+# answer with the TFS JSON minus its whitespace so each record is one line (JSON Lines).
+TFRECORD_SCRIPT = '''\
+import base64
+import json
+
+import tensorflow as tf
+
+
+def input_handler(data, context):
+    example = tf.train.Example()
+    example.ParseFromString(data.read())
+    image = example.features.feature["image/encoded"].bytes_list.value[0]
+    return json.dumps({"instances": [{"b64": base64.b64encode(image).decode("utf-8")}]})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return json.dumps(json.loads(response.content), separators=(",", ":")), context.accept_header
+'''
+
+# A MultiRecord image job: each payload holds whole RecordIO records, framing kept (COMPAT 7).
+RECORDIO_MULTI_SCRIPT = '''\
+import base64
+import json
+import struct
+
+
+def input_handler(data, context):
+    body, images, at = data.read(), [], 0
+    while at + 8 <= len(body):
+        magic, lrec = struct.unpack_from("<II", body, at)
+        if magic != 0xCED7230A:
+            raise ValueError("byte %d: not a RecordIO record" % at)
+        length = lrec & ((1 << 29) - 1)
+        images.append({"b64": base64.b64encode(body[at + 8:at + 8 + length]).decode("utf-8")})
+        at += 8 + length + (-length % 4)
+    return json.dumps({"instances": images})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
+# What a SageMaker user with a float-input model must ship: the TFS container cannot take an
+# image body for a float tensor, so the script decodes and resizes it (PIL) and sends JSON floats.
+FLOAT_IMAGE_SCRIPT = '''\
+import io
+import json
+
+import numpy as np
+from PIL import Image
+
+
+def input_handler(data, context):
+    image = Image.open(io.BytesIO(data.read())).convert("RGB").resize((64, 64), Image.BILINEAR)
+    pixels = np.asarray(image, dtype=np.float32) / 255.0
+    return json.dumps({"instances": [pixels.tolist()]})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
+
+def _done(folder: Path, meta: dict) -> bool:
+    marker = folder / "done.json"
+    return marker.exists() and json.loads(marker.read_text()) == meta
+
+
+def _fresh(folder: Path) -> Path:
+    if folder.exists():
+        shutil.rmtree(folder)
+    (folder / "input").mkdir(parents=True)
+    return folder / "input"
+
+
+def jpegs(workdir: Path, count: int, seed: int = 0) -> Path:
+    """``count`` ~22 KB JPEGs, one per file; returns the input folder."""
+    folder = workdir / f"jpegs-{count}-{seed}"
+    meta = {"count": count, "seed": seed, "min": JPEG_MIN, "max": JPEG_MAX}
+    if not _done(folder, meta):
+        target = _fresh(folder)
+        for index in range(count):
+            data, info = make_jpeg(seed, index, JPEG_MIN, JPEG_MAX)
+            (target / info.name).write_bytes(data)
+        (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
+def _split(items: list, parts: int) -> list[list]:
+    size = -(-len(items) // parts)
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def recordio_frame(data: bytes) -> bytes:
+    """One whole RecordIO record (cflag 0). Data holding the magic at a 4-byte-aligned offset
+    would need MXNet's split records; the builder skips such images instead (ValueError)."""
+    magic = struct.pack("<I", RECORDIO_MAGIC)
+    for at in range(0, len(data) - 3, 4):
+        if data[at:at + 4] == magic:
+            raise ValueError("payload contains the RecordIO magic at an aligned offset")
+    return struct.pack("<II", RECORDIO_MAGIC, len(data)) + data + b"\0" * (-len(data) % 4)
+
+
+def framed(workdir: Path, kind: str, count: int, seed: int = 0) -> Path:
+    """The JPEGs of :func:`jpegs` as ``kind`` ("tfrecord" or "recordio") shards."""
+    folder = workdir / f"{kind}-{count}-{seed}"
+    meta = {"count": count, "seed": seed, "shards": SHARDS, "kind": kind}
+    if _done(folder, meta):
+        return folder / "input"
+    images = sorted(jpegs(workdir, count, seed).iterdir())
+    target = _fresh(folder)
+    for n, shard in enumerate(_split(images, SHARDS)):
+        path = target / f"part-{n:05d}.{kind}"
+        if kind == "tfrecord":
+            import tensorflow as tf
+
+            with tf.io.TFRecordWriter(str(path)) as writer:
+                for image in shard:
+                    feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.read_bytes()])),
+                               "image/filename": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.name.encode()]))}
+                    writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        else:
+            with open(path, "wb") as out:
+                for image in shard:
+                    try:
+                        out.write(recordio_frame(image.read_bytes()))
+                    except ValueError:
+                        continue
+    (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
+def table(workdir: Path, kind: str, rows_per_file: int, seed: int = 0) -> Path:
+    """``TABLE_FILES`` files of ``rows_per_file`` rows of 32 floats, as "csv" or "jsonl"."""
+    import numpy as np
+
+    folder = workdir / f"{kind}-{rows_per_file}-{seed}"
+    meta = {"rows": rows_per_file, "seed": seed, "files": TABLE_FILES, "kind": kind}
+    if _done(folder, meta):
+        return folder / "input"
+    target = _fresh(folder)
+    rng = np.random.default_rng(seed)
+    for n in range(TABLE_FILES):
+        values = np.round(rng.normal(size=(rows_per_file, COLUMNS)), 4)
+        if kind == "csv":
+            lines = (",".join(f"{v:g}" for v in row) for row in values)
+        else:
+            lines = ("[" + ",".join(f"{v:g}" for v in row) + "]" for row in values)
+        (target / f"part-{n:05d}.{kind}").write_text("\n".join(lines) + "\n")
+    (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
+def _keras_model(name: str):
+    import keras
+
+    keras.utils.set_random_seed(7)
+    if name == "float64":
+        inputs = keras.Input((64, 64, 3))
+        x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(inputs)
+        x = keras.layers.Conv2D(16, 3, strides=2, activation="relu")(x)
+        x = keras.layers.GlobalAveragePooling2D()(x)
+    else:
+        inputs = keras.Input((COLUMNS,))
+        x = keras.layers.Dense(64, activation="relu")(inputs)
+    return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+
+
+def keras_artifact(name: str, workdir: Path, script: str | None = None) -> Path:
+    """``<workdir>/models/<name>/`` with ``savedmodel/1``, ``model-noscript.tar.gz`` and, given
+    a script, ``model.tar.gz`` carrying it as ``code/inference.py``. Built once."""
+    import tensorflow as tf
+
+    from tfbatch.artifact import package
+
+    folder = workdir / "models" / name
+    if (folder / "meta.json").exists():
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    savedmodel = folder / "savedmodel" / "1"
+    tf.saved_model.save(_keras_model(name), str(savedmodel))
+    package([savedmodel], folder / "model-noscript.tar.gz", versions=[1])
+    if script:
+        code = folder / "code"
+        code.mkdir()
+        (code / "inference.py").write_text(script)
+        package([savedmodel], folder / "model.tar.gz", code_dir=code, versions=[1])
+    (folder / "meta.json").write_text(json.dumps({"name": name}))
+    return folder
+
+
+def scripted_archive(folder: Path, name: str, script: str) -> Path:
+    """``<folder>/<name>.tar.gz``: the folder's SavedModel with ``script`` as its inference.py."""
+    from tfbatch.artifact import package
+
+    target = folder / f"{name}.tar.gz"
+    if not target.exists():
+        code = folder / f"code-{name}"
+        code.mkdir(exist_ok=True)
+        (code / "inference.py").write_text(script)
+        partial = folder / f"partial-{name}.tar.gz"
+        package([folder / "savedmodel" / "1"], partial, code_dir=code, versions=[1])
+        os.replace(partial, target)
+    return target

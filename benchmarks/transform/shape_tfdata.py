@@ -1,0 +1,198 @@
+"""Contender (b) for every job shape: the tf.data script an expert writes for that exact job.
+
+Same inputs, same model, same rows per output object as the transform job, written as fast
+as tf.data allows: parallel reads (``interleave`` over files with ``num_parallel_calls``),
+decoding in ``map(num_parallel_calls=AUTOTUNE)`` off the GIL, ``batch``, ``prefetch``, the
+model's signature, and a background writer thread so the model never waits on JSON or disk.
+
+* ``files``: one JPEG per file -> ``list_files -> read + decode -> batch -> prefetch``; the
+  string-input model's ``serving_tensor`` with the model's own decode, or (``--float``) a
+  float-input model's ``serving_default`` fed ``decode_jpeg -> resize(bilinear, antialias)
+  -> /255``. One TFS row-format answer per file.
+* ``records``: files of records (``tfrecord``: ``tf.train.Example`` with ``image/encoded``;
+  ``recordio``: MXNet framing, split with a few lines of Python per file) -> one line per
+  record. Batches are formed inside each file's branch, so an object ends with its own batch
+  and is written as soon as its last batch is back.
+* ``table``: CSV or compact JSON-array lines of 32 floats -> ``TextLineDataset -> batch ->
+  decode_csv`` (brackets stripped for JSON) -> one ``{"predictions": [...]}`` line per batch.
+
+    python -m benchmarks.transform.shape_tfdata --kind files --model-dir DIR --input DIR --output DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+CYCLE = 4  # files read at once per pipeline: enough to keep 2 cores busy, little memory
+
+
+def _dumps(value) -> bytes:
+    import orjson
+
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _rows(result: dict, float_model: bool) -> list:
+    """TFS row format for a batch: row objects for two outputs, plain lists for one."""
+    if float_model or len(result) == 1:
+        (values,) = result.values()
+        return list(values.numpy().astype(np.float64))
+    probs, classes = result["probabilities"].numpy().astype(np.float64), result["classes"].numpy()
+    return [{"classes": int(k), "probabilities": p} for k, p in zip(classes, probs)]
+
+
+def _signature(model_dir: str, float_model: bool):
+    import tensorflow as tf
+
+    from benchmarks.common.models import SERVING_TENSOR
+
+    loaded = tf.saved_model.load(model_dir)
+    predict = loaded.signatures["serving_default" if float_model else SERVING_TENSOR]
+    (key, spec), = predict.structured_input_signature[1].items()
+    return loaded, predict, key, spec
+
+
+def _image_decoder(spec, float_model: bool):
+    import tensorflow as tf
+
+    from benchmarks.common.models import decode_and_resize
+
+    size = int(spec.shape[1])
+    if not float_model:
+        return lambda data: decode_and_resize(data, size)
+
+    def decode(data):
+        image = tf.io.decode_jpeg(data, channels=3)
+        image = tf.image.resize(image, (size, size), method="bilinear", antialias=True)
+        return tf.ensure_shape(image / 255.0, (size, size, 3))
+    return decode
+
+
+def _split_recordio(data: bytes) -> np.ndarray:
+    records, at = [], 0
+    while at + 8 <= len(data):
+        _, lrec = struct.unpack_from("<II", data, at)
+        length = lrec & ((1 << 29) - 1)
+        records.append(data[at + 8:at + 8 + length])
+        at += 8 + length + (-length % 4)
+    return np.array(records, dtype=object)
+
+
+def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_size: int, float_model: bool,
+        framing: str = "") -> dict:
+    import tensorflow as tf
+
+    started = time.monotonic()
+    _, predict, key, spec = _signature(model_dir, float_model or kind == "table")
+    out, root = Path(output_dir), Path(input_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = sorted(str(p) for p in root.iterdir() if p.is_file())
+    auto = tf.data.AUTOTUNE
+    count = 0
+
+    def target(name: bytes) -> Path:
+        return out / (Path(name.decode()).name + ".out")
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
+        pending = []
+        if kind == "files":
+            decode = _image_decoder(spec, float_model)
+            images = (tf.data.Dataset.from_tensor_slices(files)
+                      .map(lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
+                      .batch(batch_size).prefetch(auto))
+
+            def write_files(names, rows):
+                for name, row in zip(names, rows):
+                    target(name).write_bytes(_dumps({"predictions": [row]}))
+
+            for names, batch in images:
+                rows = _rows(predict(**{key: batch}), float_model)
+                pending.append(writer.submit(write_files, list(names.numpy()), rows))
+                count += len(rows)
+        else:
+            if kind == "records":
+                decode = _image_decoder(spec, False)
+                if framing == "tfrecord":
+                    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
+
+                    def records(path):
+                        return (tf.data.TFRecordDataset(path)
+                                .map(lambda r: decode(tf.io.parse_single_example(r, features)["image/encoded"]),
+                                     num_parallel_calls=auto).batch(batch_size))
+                else:
+                    def records(path):
+                        split = tf.numpy_function(_split_recordio, [tf.io.read_file(path)], tf.string, stateful=False)
+                        return (tf.data.Dataset.from_tensor_slices(split).map(decode, num_parallel_calls=auto)
+                                .batch(batch_size))
+                empty = tf.zeros([0, *spec.shape[1:]], tf.float32)
+            else:
+                def records(path):
+                    lines = tf.data.TextLineDataset(path).filter(lambda s: tf.strings.length(s) > 0)
+                    return lines.batch(batch_size).map(_table_decoder(framing), num_parallel_calls=auto)
+                empty = tf.zeros([0, int(spec.shape[1])], tf.float32)
+
+            def branch(path):
+                end = tf.data.Dataset.from_tensors((path, empty, True))
+                return records(path).map(lambda x: (path, x, False)).concatenate(end)
+
+            batches = (tf.data.Dataset.from_tensor_slices(files)
+                       .interleave(branch, cycle_length=CYCLE, num_parallel_calls=auto, deterministic=True)
+                       .prefetch(auto))
+            per_file: dict[bytes, list[bytes]] = {}
+
+            def collect(name, rows, last):
+                lines = per_file.setdefault(name, [])
+                if kind == "table" and rows:
+                    lines.append(_dumps({"predictions": rows}))
+                else:
+                    lines += [_dumps({"predictions": [row]}) for row in rows]
+                if last:
+                    target(name).write_bytes(b"".join(line + b"\n" for line in per_file.pop(name)))
+
+            for path, batch, last in batches:
+                rows = [] if bool(last) else _rows(predict(**{key: batch}), kind == "table")
+                pending.append(writer.submit(collect, path.numpy(), rows, bool(last)))
+                count += len(rows)
+        for future in pending:
+            future.result()
+    return {"records": count, "seconds": time.monotonic() - started}
+
+
+def _table_decoder(framing: str):
+    import tensorflow as tf
+
+    from benchmarks.transform.shape_data import COLUMNS
+
+    def decode(lines):
+        if framing == "jsonl":
+            lines = tf.strings.regex_replace(lines, r"[\[\] ]", "")
+        return tf.stack(tf.io.decode_csv(lines, [[0.0]] * COLUMNS), axis=1)
+    return decode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.shape_tfdata",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--kind", required=True, choices=["files", "records", "table"])
+    parser.add_argument("--framing", default="", help="records: tfrecord|recordio; table: csv|jsonl")
+    parser.add_argument("--float", action="store_true", help="files: a float-input model's serving_default")
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.kind, args.model_dir, args.input, args.output, batch_size=args.batch_size,
+                         float_model=args.float, framing=args.framing)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

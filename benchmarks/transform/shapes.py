@@ -1,0 +1,390 @@
+"""Job-shape benchmark: tfbatch vs an expert tf.data script vs one HTTP request per payload.
+
+For each job shape (issue 21's table), three contenders run in the same invocation, on the
+same inputs and model, each in fresh processes (start-up included):
+
+  (a) ``python -m tfbatch transform`` with the job's CreateTransformJob settings;
+  (b) the tf.data script an expert writes for that job (:mod:`.shape_tfdata`);
+  (c) SageMaker's design: a TFS-style REST server (:mod:`.http_baseline`) and an agent
+      sending one request per payload, 64 in flight (:mod:`.shape_http`).
+
+Every output object is read back and compared with (b)'s (same rows within float rounding),
+so no contender wins by doing less.
+
+    python -m benchmarks.transform.shapes --shapes all --repeat 1 --scale 0.4 \\
+        --out benchmarks/transform/shapes-before.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any, Callable
+
+from benchmarks.transform import shape_data as data
+from benchmarks.transform.shape_http import split_records
+from benchmarks.transform.shape_outputs import agreement, ratio
+
+PY = sys.executable
+IMAGES = 5000  # at --scale 1
+TABLE_ROWS = 5000  # rows per CSV / JSON Lines file at --scale 1
+
+
+@dataclass
+class Job:
+    """One shape made concrete: inputs, the three contenders' commands (output folder last)."""
+
+    input: Path
+    records: int
+    objects: int
+    a: list[str]
+    b: list[str]
+    c_server: list[str]
+    c_client: list[str]
+    split: str = "None"  # how to count an object's records (shape_http.split_records)
+
+    def half(self) -> "Job":
+        """The same job on the first half of the objects (hard links in a sibling folder).
+
+        With 10 or 20 objects that finish in clumps, output times cannot show a steady rate;
+        the difference between the whole job and this half job can: start-up cancels out."""
+        files = sorted(p for p in self.input.iterdir() if p.is_file())[: self.objects // 2]
+        folder = self.input.with_name(self.input.name + "-half")
+        if sorted(p.name for p in folder.glob("*")) != [p.name for p in files]:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            for f in files:
+                os.link(f, folder / f.name)
+        records = sum(1 for f in files for _ in split_records(f.read_bytes(), self.split))
+        swap = lambda cmd: [str(folder) if part == str(self.input) else part for part in cmd]  # noqa: E731
+        return Job(folder, records, len(files), swap(self.a), swap(self.b), swap(self.c_server),
+                   swap(self.c_client), self.split)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Fractions of the full sizes: ``images`` (5,000 JPEGs) and ``table`` (20 x 5,000 rows;
+    rows are cheap, and too few leave nothing but start-up to measure)."""
+
+    images: float
+    table: float = 1.0
+
+
+@dataclass
+class Shape:
+    name: str
+    title: str
+    build: Callable[[Path, Scale], Job]
+
+
+def _tfbatch(archive: Path, inputs: Path, content_type: str, *flags: str) -> list[str]:
+    return [PY, "-m", "tfbatch", "transform", "--model", str(archive), "--input", str(inputs),
+            "--content-type", content_type, *flags]
+
+
+def _server(archive: Path) -> list[str]:
+    return [PY, "-m", "benchmarks.transform.http_baseline", "serve", "--model", str(archive)]
+
+
+def _client(archive: Path | None, inputs: Path, content_type: str, *flags: str) -> list[str]:
+    model = ["--model", str(archive)] if archive else []
+    return [PY, "-m", "benchmarks.transform.shape_http", *model, "--input", str(inputs),
+            "--content-type", content_type, *flags]
+
+
+def _tfdata(kind: str, model_dir: Path, inputs: Path, *flags: str) -> list[str]:
+    return [PY, "-m", "benchmarks.transform.shape_tfdata", "--kind", kind, "--model-dir", str(model_dir),
+            "--input", str(inputs), *flags]
+
+
+def _count(scale: Scale) -> int:
+    return max(20, round(IMAGES * scale.images))
+
+
+def _tiny(workdir: Path) -> Path:
+    from benchmarks.common.models import ensure_artifact
+
+    return ensure_artifact("tiny", workdir)
+
+
+def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
+    n = _count(scale)
+    inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
+    from benchmarks.common.models import scriptless_archive
+
+    a_archive = tiny / "model.tar.gz" if script else scriptless_archive(tiny)
+    return Job(inputs, n, n, _tfbatch(a_archive, inputs, "application/x-image"),
+               _tfdata("files", tiny / "savedmodel" / "1", inputs),
+               _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
+
+
+def jpeg_float(workdir: Path, scale: Scale) -> Job:
+    n = _count(scale)
+    inputs = data.jpegs(workdir, n)
+    model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
+    return Job(inputs, n, n, _tfbatch(model / "model-noscript.tar.gz", inputs, "application/x-image"),
+               _tfdata("files", model / "savedmodel" / "1", inputs, "--float"),
+               _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
+
+
+def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = False) -> Job:
+    n = _count(scale)
+    inputs, tiny = data.framed(workdir, framing, n), _tiny(workdir)
+    # RecordIO skips the few images that hold its magic (shape_data.recordio_frame): count what is there.
+    records = n if framing == "tfrecord" else sum(
+        1 for f in inputs.iterdir() for _ in split_records(f.read_bytes(), "RecordIO"))
+    split = "TFRecord" if framing == "tfrecord" else "RecordIO"
+    if framing == "tfrecord":
+        archive = data.scripted_archive(tiny, "tfrecord", data.TFRECORD_SCRIPT)
+        a_archive, content_type = archive, "application/x-tfexample"
+        job_flags = ["--split-type", split, "--batch-strategy", "SingleRecord", "--assemble-with", "Line"]
+    elif multi:
+        archive = a_archive = data.scripted_archive(tiny, "recordio-multi", data.RECORDIO_MULTI_SCRIPT)
+        content_type = "application/x-recordio"
+        job_flags = ["--split-type", split, "--batch-strategy", "MultiRecord", "--max-payload-mb", "1",
+                     "--assemble-with", "Line"]
+    else:
+        from benchmarks.common.models import scriptless_archive
+
+        archive, a_archive, content_type = tiny / "model.tar.gz", scriptless_archive(tiny), "application/x-image"
+        job_flags = ["--split-type", split, "--batch-strategy", "SingleRecord", "--assemble-with", "Line"]
+    return Job(inputs, records, data.SHARDS, _tfbatch(a_archive, inputs, content_type, *job_flags),
+               _tfdata("records", tiny / "savedmodel" / "1", inputs, "--framing", framing),
+               _server(archive), _client(archive, inputs, content_type, *job_flags), split)
+
+
+def table(workdir: Path, scale: Scale, *, framing: str) -> Job:
+    rows = max(100, round(TABLE_ROWS * scale.table))
+    inputs = data.table(workdir, framing, rows)
+    model = data.keras_artifact("vec32", workdir)
+    content_type = "text/csv" if framing == "csv" else "application/jsonlines"
+    flags = ["--split-type", "Line", "--batch-strategy", "MultiRecord", "--max-payload-mb", "1",
+             "--assemble-with", "Line"]
+    noscript = model / "model-noscript.tar.gz"
+    return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(noscript, inputs, content_type, *flags),
+               _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024"),
+               _server(noscript), _client(None, inputs, content_type, *flags), "Line")
+
+
+SHAPES = [
+    Shape("jpeg-bytes", "no script, string-input signature (batch lane)", jpeg_bytes),
+    Shape("jpeg-float", "no script, float-input Keras signature [None,64,64,3], decoded by tfbatch", jpeg_float),
+    Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
+          lambda w, s: jpeg_bytes(w, s, script=True)),
+    Shape("tfrecord", "TFRecord shards, SingleRecord, AssembleWith Line, Example-parsing inference.py (seed 004)",
+          lambda w, s: framed_images(w, s, framing="tfrecord")),
+    Shape("csv", "CSV, Line, MultiRecord 1 MB, float-input model, no script (20 files)",
+          lambda w, s: table(w, s, framing="csv")),
+    Shape("jsonl", "JSON Lines, Line, MultiRecord 1 MB, float-input model, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl")),
+    Shape("recordio", "RecordIO of JPEGs, SingleRecord, AssembleWith Line, no script",
+          lambda w, s: framed_images(w, s, framing="recordio")),
+    Shape("recordio-multi", "MultiRecord image job: RecordIO of JPEGs, MultiRecord 1 MB, splitting inference.py",
+          lambda w, s: framed_images(w, s, framing="recordio", multi=True)),
+]
+
+
+def _key(contender: str, job: Job) -> tuple:
+    """Identical commands on identical inputs are one measurement per round (jpeg-bytes and
+    jpeg-script share (b) and (c)); the table says which shape ran it."""
+    parts = {"a": job.a, "b": job.b, "c": job.c_server + job.c_client}[contender]
+    return (contender, tuple(parts))
+
+
+MIN_OBJECTS_FOR_MTIME = 100
+
+
+def marginal(full: dict, half: dict) -> dict:
+    """Steady rate and CPU per record from two sizes of one job: (records, wall, CPU) of the
+    whole job minus those of the half job, so start-up and shutdown cancel out."""
+    d_records = full["records"] - half["records"]
+    d_wall, d_cpu = full["wall_s"] - half["wall_s"], full["cpu_s"] - half["cpu_s"]
+    ok = full["ok"] and half["ok"] and d_records > 0
+    if not half["ok"] and full["ok"]:
+        return {"ok": False, "error": f"half job: {half['error']}"}
+    return {"steady_per_s": d_records / d_wall if ok and d_wall > 0 else None,
+            "steady_cpu_ms_per_record": 1000 * d_cpu / d_records if ok and d_cpu > 0 else None}
+
+
+def run_shape(shape: Shape, job: Job, workdir: Path, order: str, cache: dict, timeout_s: float) -> dict:
+    from benchmarks.transform import shape_runner
+
+    runs: dict[str, dict] = {}
+    for c in order:
+        key = _key(c, job)
+        if key in cache:
+            runs[c] = {**cache[key], "shared_with": cache[key]["shape"]}
+        else:
+            out = workdir / "outputs" / shape.name / c
+            half = None
+            if job.objects < MIN_OBJECTS_FOR_MTIME:
+                small = job.half()
+                half = shape_runner.run(c, small, out.with_name(c + "-half"), workdir / "logs", shape.name + "-half",
+                                        timeout_s)
+            runs[c] = shape_runner.run(c, job, out, workdir / "logs", shape.name, timeout_s)
+            runs[c]["shape"] = shape.name
+            runs[c]["steady_method"] = "output times" if half is None else "whole job minus half job"
+            if half is not None:
+                runs[c].update(marginal(runs[c], half))
+                runs[c]["half"] = {k: v for k, v in half.items() if k != "_rows"}
+            cache[key] = runs[c]
+        r = runs[c]
+        print(f"[{shape.name}] {c}: " + (f"{_f(r['steady_per_s'])} rec/s steady, {_f(r['end_to_end_per_s'])} "
+              f"whole process, CPU {_f(r['steady_cpu_ms_per_record'], 2)} ms/rec" if r["ok"] else
+              f"FAILED: {r['error']}"), flush=True)
+    if "b" in runs and runs["b"]["_rows"]:
+        for c, r in runs.items():
+            if c != "b":
+                r["agreement_with_b"] = agreement(runs["b"]["_rows"], r["_rows"])
+    ratios = {}
+    for other in ("b", "c"):
+        if "a" in runs and other in runs and runs["a"]["ok"] and runs[other]["ok"]:
+            ratios[f"a/{other}"] = {k: ratio(runs["a"][k], runs[other][k]) for k in ("steady_per_s", "end_to_end_per_s")}
+    return {"runs": runs, "ratios": ratios}
+
+
+def _f(value: Any, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# Job shapes: tfbatch (a) vs expert tf.data (b) vs HTTP per payload (c)", "",
+             f"`{results['command']}`", "",
+             f"{results['started']}, {results['machine'].get('cpus')} CPUs ({results['machine'].get('cpu_model')}), "
+             f"commit {results['machine'].get('git_commit')}, scale {results['scale']}, "
+             f"load average before {results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. "
+             + results["note"], "",
+             "Records/s steady / whole process; in brackets CPU ms per record, steady; whole process. "
+             "Ratios are the median over rounds of a/b and a/c in the same round. "
+             "`agrees` = every object has (b)'s rows within float rounding. Steady rates come from the output "
+             "files' finish times, or, marked *, for shapes with few objects (which finish in clumps), from the "
+             "whole job minus a run on its first half of the objects (start-up cancels out).", "",
+             "`CPU` ratios are the other contender's steady CPU per record over (a)'s: above 1 means (a) needs "
+             "less CPU per record, the load-robust reading on a shared machine (on 2 saturated cores throughput "
+             "is about 2,000 / CPU ms per record).", "",
+             "`CPU whole` is the same with every process's CPU from launch to exit (start-up included).", "",
+             "| shape | records | (a) tfbatch | (b) tf.data | (c) HTTP | a/b steady | a/b whole | a/b CPU | a/b CPU whole "
+             "| a/c steady | a/c whole | a/c CPU | a/c CPU whole | agrees a, c |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for name, shape in results["shapes"].items():
+        last = {r["contender"]: r for r in shape["runs"] if r["round"] == shape["rounds"] - 1}
+        cells = []
+        for c in "abc":
+            r = last.get(c)
+            mark = "*" if r is not None and r.get("steady_method", "").startswith("whole") else ""
+            cells.append("–" if r is None else (f"{_f(r['steady_per_s'], 0)}{mark} / {_f(r['end_to_end_per_s'], 0)} "
+                                                f"({_f(r['steady_cpu_ms_per_record'], 2)}; "
+                                                f"{_f(r['cpu_ms_per_record'], 2)})" if r["ok"] else "failed"))
+        rat = shape["ratios"]
+        agree = ", ".join("yes" if last.get(c, {}).get("agreement_with_b", {}).get("same") else
+                          ("–" if c not in last else "NO") for c in "ac")
+        lines.append(f"| {name} | {shape['records']} | " + " | ".join(cells) + " | "
+                     + " | ".join(_f(value, 2) + "×" for k in ("a/b", "a/c")
+                                  for value in (rat.get(k, {}).get("steady_per_s"), rat.get(k, {}).get("end_to_end_per_s"),
+                                                cpu_ratio(shape["runs"], k[-1]),
+                                                cpu_ratio(shape["runs"], k[-1], "cpu_ms_per_record")))
+                     + f" | {agree} |")
+    lines += ["", "Shapes:", ""] + [f"- **{s.name}**: {s.title}" for s in SHAPES if s.name in results["shapes"]]
+    return "\n".join(lines) + "\n"
+
+
+def cpu_ratio(runs: list[dict], other: str, key: str = "steady_cpu_ms_per_record") -> float | None:
+    """Median over rounds of other's CPU per record (steady by default) / (a)'s."""
+    values = []
+    for n in sorted({r["round"] for r in runs}):
+        by = {r["contender"]: r for r in runs if r["round"] == n and r["ok"]}
+        if "a" in by and other in by:
+            value = ratio(by[other][key], by["a"][key])
+            if value is not None:
+                values.append(value)
+    return median(values) if values else None
+
+
+def _median_ratios(rounds: list[dict]) -> dict:
+    out: dict = {}
+    for key in ("a/b", "a/c"):
+        for kind in ("steady_per_s", "end_to_end_per_s"):
+            values = [r[key][kind] for r in rounds if key in r and r[key][kind] is not None]
+            out.setdefault(key, {})[kind] = median(values) if values else None
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks.transform.bench import machine
+
+    names = [s.name for s in SHAPES]
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.shapes", description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="all", help="comma list of " + ", ".join(names) + ", or all")
+    parser.add_argument("--scale", type=float, default=0.4,
+                        help="fraction of the full size (5,000 JPEGs; 20 x 5,000 rows); 0.4 keeps a run near 10 min on 2 cores")
+    parser.add_argument("--table-scale", type=float, default=1.0,
+                        help="--scale for the CSV and JSON Lines shapes (default full size: 20 x 5,000 rows)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; contender order rotates each round")
+    parser.add_argument("--contenders", default="abc")
+    parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
+    parser.add_argument("--out", default="benchmarks/transform/shapes.json")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per contender")
+    parser.add_argument("--note", default="")
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the markdown table of a results file")
+    args = parser.parse_args(argv)
+    if args.render:
+        Path(args.render).with_suffix(".md").write_text(markdown(json.loads(Path(args.render).read_text())))
+        return 0
+    chosen = names if args.shapes == "all" else [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(names))
+    if unknown or args.repeat < 1 or not 0 < args.scale <= 10 or set(args.contenders) - set("abc"):
+        parser.error(f"unknown shapes {unknown}" if unknown else "--repeat >= 1, 0 < --scale <= 10, --contenders from abc")
+    workdir = Path(args.workdir)
+    results: dict[str, Any] = {
+        "command": "python -m benchmarks.transform.shapes " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "scale": args.scale, "table_scale": args.table_scale,
+        "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
+    jobs = {}
+    for shape in SHAPES:
+        if shape.name in chosen:
+            print(f"preparing {shape.name} ...", flush=True)
+            jobs[shape.name] = shape.build(workdir, Scale(args.scale, args.table_scale))
+            for path in jobs[shape.name].input.rglob("*"):  # the same warm page cache for everyone
+                if path.is_file():
+                    path.read_bytes()
+    per_shape: dict[str, list] = {name: [] for name in jobs}
+    for round_no in range(args.repeat):
+        cache: dict = {}
+        for shape in SHAPES:
+            if shape.name not in jobs:
+                continue
+            k = round_no % len(args.contenders)
+            result = run_shape(shape, jobs[shape.name], workdir, args.contenders[k:] + args.contenders[:k],
+                               cache, args.timeout)
+            per_shape[shape.name].append(result)
+    failed = False
+    for name, rounds in per_shape.items():
+        runs = []
+        for n, r in enumerate(rounds):
+            for c in sorted(r["runs"]):
+                run = {k: v for k, v in r["runs"][c].items() if k != "_rows"}
+                runs.append({**run, "round": n})
+                failed |= not run["ok"] or not run.get("agreement_with_b", {"same": True})["same"]
+        results["shapes"][name] = {"records": jobs[name].records, "objects": jobs[name].objects,
+                                   "rounds": len(rounds), "runs": runs,
+                                   "ratios": _median_ratios([r["ratios"] for r in rounds]),
+                                   "ratios_per_round": [r["ratios"] for r in rounds]}
+    results["load_average_after"] = os.getloadavg()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    out.with_suffix(".md").write_text(markdown(results))
+    print(out.with_suffix(".md").read_text())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
