@@ -1,0 +1,142 @@
+"""A running job's progress over time, per instance, in bounded memory.
+
+``run_transform`` reports each finished object once (its ``Progress.update``). The console
+needs a chart of objects and records over time, per instance, for jobs of any length; one
+point per object would grow with the job (10 million objects), and one point per second with
+its duration. So each instance keeps at most ``max_points`` cumulative points, one per time
+bucket: when the buckets run out, their width doubles and neighbours merge (the later point
+of a pair survives, since the counts are cumulative). A day-long job keeps points every few
+minutes; a one-minute job keeps one per event burst.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from tfbatch.console.source import Point
+from tfbatch.transform.plan import instance_of
+from tfbatch.transform.progress import Progress
+from tfbatch.transform.report import ObjectResult
+
+MAX_POINTS = 512
+FIRST_WIDTH_S = 0.25
+
+
+class Buckets:
+    """Cumulative points of one series, at most ``max_points``, one per bucket of ``width`` seconds."""
+
+    def __init__(self, max_points: int = MAX_POINTS, width: float = FIRST_WIDTH_S):
+        if max_points < 2:
+            raise ValueError(f"max_points must be at least 2, got {max_points}")
+        self.max_points = max_points
+        self.width = width
+        self.points: list[Point] = []
+
+    def add(self, point: Point) -> None:
+        if self.points and int(self.points[-1].t // self.width) == int(point.t // self.width):
+            self.points[-1] = point  # same bucket: the later cumulative value stands for it
+        else:
+            self.points.append(point)
+        while len(self.points) > self.max_points:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        self.width *= 2
+        kept: list[Point] = []
+        for p in self.points:
+            if kept and int(kept[-1].t // self.width) == int(p.t // self.width):
+                kept[-1] = p
+            else:
+                kept.append(p)
+        self.points = kept
+
+
+class ProgressAggregator:
+    """Per-instance cumulative counters and their bounded series; safe to feed from any thread.
+
+    ``instance_of`` is the planner's own rule, so an object is counted for the instance that
+    ran it without the engines having to say which one that was.
+    """
+
+    def __init__(self, instances: int = 1, *, max_points: int = MAX_POINTS,
+                 clock: Callable[[], float] = time.monotonic):
+        self.instances = max(1, instances)
+        self.max_points = max_points
+        self.clock = clock
+        self.started = clock()
+        self.total: int | None = None
+        self._lock = threading.Lock()
+        self._counts = [[0, 0, 0] for _ in range(self.instances)]  # objects, records, failed objects
+        self._series = [Buckets(max_points) for _ in range(self.instances)]
+        self.failed_records = 0
+        for series in self._series:
+            series.add(Point(0.0, 0, 0, 0))
+
+    def set_total(self, total: int) -> None:
+        self.total = total
+
+    def observe(self, result: ObjectResult) -> None:
+        instance = instance_of(result.key, self.instances)
+        now = self.clock() - self.started
+        with self._lock:
+            counts = self._counts[instance]
+            counts[0] += 1
+            counts[1] += result.records
+            counts[2] += 0 if result.ok else 1
+            self.failed_records += result.failed_records
+            self._series[instance].add(Point(now, *counts))
+
+    def series(self) -> dict[int, list[Point]]:
+        """A copy of every instance's points, ending at the current time (a flat line while idle)."""
+        now = self.clock() - self.started
+        with self._lock:
+            out = {}
+            for i, buckets in enumerate(self._series):
+                points = list(buckets.points)
+                if points and points[-1].t < now:
+                    points.append(Point(now, *self._counts[i]))
+                out[i] = points
+            return out
+
+    def totals(self) -> tuple[int, int, int]:
+        """Objects, records and failed objects so far, over all instances."""
+        with self._lock:
+            return (sum(c[0] for c in self._counts), sum(c[1] for c in self._counts),
+                    sum(c[2] for c in self._counts))
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+
+class RecordingProgress(Progress):
+    """A ``Progress`` (bar, log lines or quiet, as asked) that also feeds a ProgressAggregator.
+
+    Pass it as ``run_transform(progress=...)``: the job's one progress callback is the
+    console's only hook into a run.
+    """
+
+    def __init__(self, aggregator: ProgressAggregator, mode: str = "off", **kwargs):
+        super().__init__(mode, **kwargs)
+        self.aggregator = aggregator
+        if self.mode == "off":
+            # run_job counts the input for the total only when the display is on; the console
+            # wants the total even when nothing is drawn.
+            self.mode = "quiet"
+
+    def set_total(self, total: int) -> None:
+        super().set_total(total)
+        self.aggregator.set_total(total)
+
+    def update(self, result: ObjectResult) -> None:
+        super().update(result)
+        self.aggregator.observe(result)
+
+    def _draw(self, now: float) -> None:
+        if self.mode != "quiet":
+            super()._draw(now)
+
+    def close(self) -> None:
+        if self.mode != "quiet":
+            super().close()
