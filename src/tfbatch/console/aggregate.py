@@ -67,6 +67,7 @@ class ProgressAggregator:
         self.clock = clock
         self.started = clock()
         self.total: int | None = None
+        self.stopped: float | None = None
         self._lock = threading.Lock()
         self._counts = [[0, 0, 0] for _ in range(self.instances)]  # objects, records, failed objects
         self._series = [Buckets(max_points) for _ in range(self.instances)]
@@ -88,9 +89,14 @@ class ProgressAggregator:
             self.failed_records += result.failed_records
             self._series[instance].add(Point(now, *counts))
 
+    def stop(self) -> None:
+        """The job ended: series end here, not at the time someone looks at them."""
+        if self.stopped is None:
+            self.stopped = self.clock()
+
     def series(self) -> dict[int, list[Point]]:
-        """A copy of every instance's points, ending at the current time (a flat line while idle)."""
-        now = self.clock() - self.started
+        """A copy of every instance's points, ending now (a flat line while idle) or when the job ended."""
+        now = self.elapsed()
         with self._lock:
             out = {}
             for i, buckets in enumerate(self._series):
@@ -107,7 +113,7 @@ class ProgressAggregator:
                     sum(c[2] for c in self._counts))
 
     def elapsed(self) -> float:
-        return self.clock() - self.started
+        return (self.stopped if self.stopped is not None else self.clock()) - self.started
 
 
 class RecordingProgress(Progress):

@@ -102,6 +102,7 @@ class TrackedJob:
     def finish(self, report: Any) -> None:
         """The job's report (a JobReport or its ``to_dict()``): final counts, status, settings."""
         data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
+        self.aggregator.stop()
         with self.lock:
             self.report = data
             self.ended = time.time()
@@ -117,6 +118,7 @@ class TrackedJob:
 
     def fail(self, error: BaseException | str) -> None:
         """The job could not run at all (bad spec, output locked, ...)."""
+        self.aggregator.stop()
         with self.lock:
             self.ended = time.time()
             self.status, self.message = "Failed", str(error)

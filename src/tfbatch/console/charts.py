@@ -18,7 +18,9 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 12, 24, 34
 
 
 def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (axis top)."""
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (axis top).
+
+    The axis has five divisions, so each of these tops gives round tick labels."""
     if value <= 0:
         return 1.0
     scale = 1.0
@@ -83,8 +85,8 @@ def line_chart(title: str, lines: list[tuple[str, str, list[tuple[float, float]]
              + (f' id="{escape(chart_id)}"' if chart_id else "") + ">",
              f"<title>{escape(title)}</title>",
              f'<text x="{LEFT}" y="15" class="chart-title">{escape(title)}</text>']
-    for k in range(5):  # horizontal grid with labels, 0 .. max_y
-        value = max_y * k / 4
+    for k in range(6):  # horizontal grid with labels, 0 .. max_y
+        value = max_y * k / 5
         y = sy(value)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(fmt_number(value))}</text>')

@@ -109,7 +109,7 @@ def job_live(detail: JobDetail, series: dict[int, list[Point]], failures: list[F
     """The part of a job page that changes while it runs; marked final once the job stopped."""
     r = detail.row
     final = ' data-final="1"' if r.final else ""
-    out = [f'<div class="live-state" data-status="{esc(r.status)}"{final}>',
+    out = [f'<div class="live-state" data-status="{esc(r.status)}"{final}>', job_body(detail),
            f"<p>Status: <span id=\"job-status\">{status_cell(r.status)}</span>"
            + (f' — <span class="error" id="job-message">{esc(detail.message)}</span>' if detail.message else "")
            + "</p>",
@@ -143,13 +143,13 @@ def key_values(rows: list[tuple[str, str]], ident: str) -> str:
     return f'<table id="{ident}">{body}</table>'
 
 
-def job_body(detail: JobDetail, series: dict[int, list[Point]], failures: list[Failure], log: list[str]) -> str:
+def job_body(detail: JobDetail) -> str:
     r = detail.row
     about = [("Created", when(r.created)), ("Started", when(r.started)), ("Ended", when(r.ended)),
              ("Instances", str(r.instances)), ("Output", detail.output or "—")]
     if detail.error_report:
         about.append(("Error report", detail.error_report))
-    settings = "".join(f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td>{esc(s.chosen_by)}</td></tr>"
+    settings = "".join(f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td>{esc(s.chosen_by or "—")}</td></tr>"
                        for s in detail.settings)
     return (key_values(about + list(detail.details), "job-details")
             + "<h2>Settings</h2>"
@@ -159,16 +159,15 @@ def job_body(detail: JobDetail, series: dict[int, list[Point]], failures: list[F
 
 
 def job_page(detail: JobDetail, series, failures, log, *, base: str) -> str:
+    # The whole body refreshes while the job runs (its end time and settings arrive at the end).
     live = f"{job_href(base, detail.row.name)}/live"
-    body = (job_body(detail, series, failures, log)
-            + f'<div id="live" data-live="{esc(live)}">{job_live(detail, series, failures, log)}</div>')
+    body = f'<div id="live" data-live="{esc(live)}">{job_live(detail, series, failures, log)}</div>'
     return layout(f"Job {detail.row.name}", body, base=base)
 
 
 def static_report_page(detail: JobDetail, series, failures, log) -> str:
     """The report file of one finished job: the same sections, no script, no server."""
-    body = job_body(detail, series, failures, log) + job_live(detail, series, failures, log)
-    return layout(f"Job {detail.row.name}", body, base="", static=True)
+    return layout(f"Job {detail.row.name}", job_live(detail, series, failures, log), base="", static=True)
 
 
 def endpoints_table(rows: list[EndpointRow]) -> str:

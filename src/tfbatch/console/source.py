@@ -174,8 +174,11 @@ def settings_from_report(report: dict[str, Any]) -> list[Setting]:
         instance, _, name = lane.partition(":")
         by = stats.get("chosen_by") or {}
         tuned = stats.get("autotune") or {}
-        rows = [("batch size", stats.get("max_batch_size"), by.get("max_batch_size") or ("tuner" if tuned else "")),
+        rows = [("lane", stats.get("lane"), "tfbatch (what the job's shape allows)"),
+                ("batch size", stats.get("max_batch_size"), by.get("max_batch_size") or ("tuner" if tuned else "")),
                 ("workers", stats.get("workers"), by.get("workers", "")),
+                ("lane threads", stats.get("lane_threads"), ""),
+                ("handler workers", stats.get("handler_workers"), ""),
                 ("objects in flight", stats.get("in_flight_objects"), by.get("in_flight_objects", "")),
                 ("precision", stats.get("precision"), by.get("precision", ""))]
         for label, value, who in rows:

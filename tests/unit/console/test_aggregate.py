@@ -86,3 +86,15 @@ def test_recording_progress_feeds_the_aggregator_and_still_draws_what_was_asked(
     quiet.update(ObjectResult(key="x", ok=True, records=1))
     quiet.close()
     assert stream.getvalue() == before and quiet.aggregator.totals() == (1, 1, 0)
+
+
+def test_a_stopped_job_series_end_when_it_ended():
+    clock = FakeClock()
+    agg = ProgressAggregator(1, clock=clock)
+    clock.now += 5
+    agg.observe(ObjectResult(key="a", ok=True, records=2))
+    clock.now += 1
+    agg.stop()
+    clock.now += 1000
+    (points,) = agg.series().values()
+    assert points[-1] == Point(6.0, 1, 2, 0) and agg.elapsed() == 6.0
