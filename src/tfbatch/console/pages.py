@@ -149,7 +149,7 @@ def job_body(detail: JobDetail) -> str:
              ("Instances", str(r.instances)), ("Output", detail.output or "—")]
     if detail.error_report:
         about.append(("Error report", detail.error_report))
-    settings = "".join(f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td>{esc(s.chosen_by or "—")}</td></tr>"
+    settings = "".join(f"<tr><td>{esc(s.name)}</td><td>{esc(s.value)}</td><td>{esc(s.chosen_by or '—')}</td></tr>"
                        for s in detail.settings)
     return (key_values(about + list(detail.details), "job-details")
             + "<h2>Settings</h2>"
