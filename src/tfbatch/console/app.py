@@ -87,17 +87,40 @@ class ConsoleAuth:
         return self.token is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
 
-def console_routes(source: ConsoleSource, *, token: str | None = None, base: str = "/console",
-                   root_redirect: bool = True) -> list[Route]:
+SourceFor = Callable[[Request], ConsoleSource]
+TokenFor = Callable[[Request], "str | None"]
+
+
+def console_routes(source: ConsoleSource | SourceFor, *, token: str | None | TokenFor = None,
+                   base: str = "/console", root_redirect: bool = True) -> list[Route]:
+    """The console's routes over ``source``.
+
+    ``source`` and ``token`` may also be functions of the request, for an app whose routes
+    exist before the state they read (``tfbatch api`` registers routes at import and opens
+    its store at start-up: the functions find it through ``request.app.state``).
+    """
     base = base.rstrip("/")
-    auth = ConsoleAuth(token)
+    fixed_source = source if isinstance(source, ConsoleSource) else None
+    fixed_auth = None if callable(token) else ConsoleAuth(token)
+    auths: dict[str | None, ConsoleAuth] = {}
+
+    def auth_for(request: Request) -> ConsoleAuth:
+        if fixed_auth is not None:
+            return fixed_auth
+        value = token(request)  # type: ignore[operator]
+        if value not in auths:
+            auths[value] = ConsoleAuth(value)
+        return auths[value]
+
+    def source_for(request: Request) -> ConsoleSource:
+        return fixed_source if fixed_source is not None else source(request)  # type: ignore[operator]
 
     def html(body: str, status: int = 200) -> HTMLResponse:
         return HTMLResponse(body, status, headers=SECURITY_HEADERS)
 
     def guarded(handler: Callable[[Request], Response], *, is_json: bool = False) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
-            if not auth.allows(request):
+            if not auth_for(request).allows(request):
                 if is_json or request.url.path.startswith(f"{base}/fragments/") or request.url.path.endswith("/live"):
                     return JSONResponse({"error": "console login required"}, 401, headers=SECURITY_HEADERS)
                 return RedirectResponse(f"{base}/login?next={quote(request.url.path)}", 303)
@@ -114,22 +137,23 @@ def console_routes(source: ConsoleSource, *, token: str | None = None, base: str
             return JSONResponse({"error": f"no such {what}"}, 404, headers=SECURITY_HEADERS)
         return html(pages.message_page("Not found", f"No such {what}.", base=base), 404)
 
-    def job_page_parts(name: str):
-        detail = source.job(name)
+    def job_page_parts(request: Request, name: str):
+        src = source_for(request)
+        detail = src.job(name)
         if detail is None:
             return None
-        return detail, source.progress(name), source.failures(name), source.log_tail(name)
+        return detail, src.progress(name), src.failures(name), src.log_tail(name)
 
     def jobs(request: Request) -> Response:
         status = _status_param(request)
-        page = source.list_jobs(status=status, offset=_int_param(request, "offset", 0, 0, 10**9),
+        page = source_for(request).list_jobs(status=status, offset=_int_param(request, "offset", 0, 0, 10**9),
                                 limit=_int_param(request, "limit", 50, 1, MAX_PAGE))
         if request.url.path.startswith(f"{base}/fragments/"):
             return html(pages.jobs_table(page, base=base, status=status))
         return html(pages.jobs_page(page, base=base, status=status))
 
     def job(request: Request) -> Response:
-        parts = job_page_parts(request.path_params["name"])
+        parts = job_page_parts(request, request.path_params["name"])
         if parts is None:
             return not_found(f"job {request.path_params['name']!r}")
         if request.url.path.endswith("/live"):
@@ -137,40 +161,42 @@ def console_routes(source: ConsoleSource, *, token: str | None = None, base: str
         return html(pages.job_page(*parts, base=base))
 
     def endpoints(request: Request) -> Response:
-        rows = source.endpoints()
+        rows = source_for(request).endpoints()
         if request.url.path.startswith(f"{base}/fragments/"):
             return html(pages.endpoints_table(rows))
         return html(pages.endpoints_page(rows, base=base))
 
     def models(request: Request) -> Response:
-        return html(pages.models_page(source.models(), base=base))
+        return html(pages.models_page(source_for(request).models(), base=base))
 
     def api_jobs(request: Request) -> Response:
-        page = source.list_jobs(status=_status_param(request), offset=_int_param(request, "offset", 0, 0, 10**9),
+        page = source_for(request).list_jobs(status=_status_param(request), offset=_int_param(request, "offset", 0, 0, 10**9),
                                 limit=_int_param(request, "limit", 50, 1, MAX_PAGE))
         return JSONResponse(_plain(page), headers=SECURITY_HEADERS)
 
     def api_job(request: Request) -> Response:
         name = request.path_params["name"]
-        detail = source.job(name)
+        src = source_for(request)
+        detail = src.job(name)
         if detail is None:
             return not_found(f"job {name!r}", True)
-        return JSONResponse({"job": _plain(detail), "failures": _plain(source.failures(name)),
-                             "log": source.log_tail(name)}, headers=SECURITY_HEADERS)
+        return JSONResponse({"job": _plain(detail), "failures": _plain(src.failures(name)),
+                             "log": src.log_tail(name)}, headers=SECURITY_HEADERS)
 
     def api_progress(request: Request) -> Response:
         name = request.path_params["name"]
-        if source.job(name) is None:
+        src = source_for(request)
+        if src.job(name) is None:
             return not_found(f"job {name!r}", True)
-        series = source.progress(name)
+        series = src.progress(name)
         return JSONResponse({str(i): [[p.t, p.objects, p.records, p.failed] for p in points]
                              for i, points in series.items()}, headers=SECURITY_HEADERS)
 
     def api_endpoints(request: Request) -> Response:
-        return JSONResponse([_plain(e) for e in source.endpoints()], headers=SECURITY_HEADERS)
+        return JSONResponse([_plain(e) for e in source_for(request).endpoints()], headers=SECURITY_HEADERS)
 
     def api_models(request: Request) -> Response:
-        return JSONResponse([_plain(m) for m in source.models()], headers=SECURITY_HEADERS)
+        return JSONResponse([_plain(m) for m in source_for(request).models()], headers=SECURITY_HEADERS)
 
     def asset(body: str, media: str) -> Callable[[Request], Response]:
         def serve(request: Request) -> Response:
@@ -180,9 +206,10 @@ def console_routes(source: ConsoleSource, *, token: str | None = None, base: str
 
     def login_form(request: Request, problem: str = "", status: int = 200) -> Response:
         nxt = _safe_next(request.query_params.get("next", ""), base)
+        auth = auth_for(request)
         given = request.query_params.get("token")
         if given is not None and auth.token_ok(given):
-            return _logged_in(nxt)
+            return _logged_in(auth, nxt)
         body = ((f'<p class="error">{pages.esc(problem)}</p>' if problem else "")
                 + f'<form method="post" action="{pages.esc(base)}/login?next={pages.esc(quote(nxt))}">'
                 "<label>Console token <input type=\"password\" name=\"token\" autocomplete=\"current-password\">"
@@ -191,6 +218,7 @@ def console_routes(source: ConsoleSource, *, token: str | None = None, base: str
         return html(pages.layout("Sign in", body, base=base), status)
 
     async def login(request: Request) -> Response:
+        auth = auth_for(request)
         if request.method == "GET" or auth.token is None:
             return login_form(request) if auth.token is not None else RedirectResponse(f"{base}/jobs", 303)
         body = b""
@@ -201,9 +229,9 @@ def console_routes(source: ConsoleSource, *, token: str | None = None, base: str
         given = parse_qs(body.decode("utf-8", "replace")).get("token", [""])[0]
         if not auth.token_ok(given):
             return login_form(request, "That token is not the console token.", 401)
-        return _logged_in(_safe_next(request.query_params.get("next", ""), base))
+        return _logged_in(auth, _safe_next(request.query_params.get("next", ""), base))
 
-    def _logged_in(nxt: str) -> Response:
+    def _logged_in(auth: ConsoleAuth, nxt: str) -> Response:
         response = RedirectResponse(nxt, 303)
         response.set_cookie(COOKIE, auth.session, httponly=True, samesite="strict", path=base or "/")
         return response
@@ -247,12 +275,12 @@ def _plain(value: Any) -> Any:
     return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
-def console_app(source: ConsoleSource, *, token: str | None = None, base: str = "/console") -> Starlette:
+def console_app(source: ConsoleSource | SourceFor, *, token: str | None = None, base: str = "/console") -> Starlette:
     """A stand-alone app serving the console over ``source``."""
     return Starlette(routes=console_routes(source, token=token, base=base))
 
 
-def mount_console(app: Starlette, source: ConsoleSource, *, token: str | None = None,
+def mount_console(app: Starlette, source: ConsoleSource | SourceFor, *, token: str | None | TokenFor = None,
                   base: str = "/console") -> None:
     """Add the console's routes to ``app``, after its own (so the app's routes win any overlap)."""
     app.router.routes.extend(console_routes(source, token=token, base=base))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from tfbatch.console.source import Point
+from tfbatch.console.source import ALL_INSTANCES, Point
 
 # Colour per instance (repeats past eight); the total is drawn in black.
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -112,13 +112,14 @@ def line_chart(title: str, lines: list[tuple[str, str, list[tuple[float, float]]
 
 def progress_charts(series: dict[int, list[Point]]) -> str:
     """The two charts of a job page: objects done and records done, per instance and in all."""
-    total = total_series(series)
+    instances = {i: points for i, points in series.items() if i != ALL_INSTANCES}
+    total = series.get(ALL_INSTANCES) or total_series(instances)
     charts = []
     for what, pick in (("objects", lambda p: p.objects), ("records", lambda p: p.records)):
         lines = []
-        if len(series) > 1:
+        if len(instances) > 1 or ALL_INSTANCES in series:
             lines.append(("all", "#000000", [(p.t, pick(p)) for p in total]))
-        for i, points in sorted(series.items()):
+        for i, points in sorted(instances.items()):
             lines.append((f"instance {i}", COLOURS[i % len(COLOURS)], [(p.t, pick(p)) for p in points]))
         charts.append(line_chart(f"{what} done over time", lines, chart_id=f"chart-{what}"))
     return "".join(charts)

@@ -88,6 +88,11 @@ class JobDetail:
     settings: list[Setting] = field(default_factory=list)
 
 
+# The key of a progress series counting all instances together, for a source that keeps
+# per-instance totals but one series for the whole job (tfbatch api's stored progress).
+ALL_INSTANCES = -1
+
+
 @dataclass(frozen=True)
 class Point:
     """Cumulative counts of one instance at ``t`` seconds after the job started."""
@@ -147,7 +152,8 @@ class ConsoleSource(Protocol):
     def job(self, name: str) -> JobDetail | None: ...
 
     def progress(self, name: str) -> dict[int, list[Point]]:
-        """Per instance, the job's progress series (a bounded number of points each)."""
+        """Per instance, the job's progress series (a bounded number of points each); a source
+        with one series for the whole job gives it under ``ALL_INSTANCES``."""
         ...
 
     def failures(self, name: str, limit: int = FAILURE_LINES) -> list[Failure]:

@@ -98,3 +98,15 @@ def test_a_stopped_job_series_end_when_it_ended():
     clock.now += 1000
     (points,) = agg.series().values()
     assert points[-1] == Point(6.0, 1, 2, 0) and agg.elapsed() == 6.0
+
+
+def test_charts_draw_per_instance_lines_and_their_sum_or_a_whole_job_series():
+    from tfbatch.console.charts import progress_charts, total_series
+    from tfbatch.console.source import ALL_INSTANCES
+
+    series = {0: [Point(0, 0, 0, 0), Point(2, 5, 10, 0)], 1: [Point(0, 0, 0, 0), Point(1, 3, 3, 1), Point(3, 4, 4, 1)]}
+    assert total_series(series) == [Point(0, 0, 0, 0), Point(1, 3, 3, 1), Point(2, 8, 13, 1), Point(3, 9, 14, 1)]
+    svg = progress_charts(series)
+    assert svg.count('data-label="all"') == 2 and 'data-label="instance 1" data-last="4"' in svg
+    whole = progress_charts({ALL_INSTANCES: [Point(0, 0, 0, 0), Point(5, 7, 9, 0)]})
+    assert 'data-label="all" data-last="7"' in whole and "instance" not in whole
