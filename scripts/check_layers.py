@@ -35,7 +35,7 @@ LAYERS: dict[str, int] = {
     "evaluate": 12, "train": 12,
     "testing": 13,
     "api": 14, "console": 14,
-    "sdk": 15, "ray_data": 15, "pytest_plugin": 15, "demo": 15,
+    "sdk": 15, "ray_data": 15, "pytest_plugin": 15, "demo": 15, "apiserver": 15,
     "cli": 16,
     "__main__": 17, "__init__": 17,
 }

@@ -180,12 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_subsystem_commands(sub) -> None:
-    """Subsystems register their own subcommands (serve, train, data, evaluate)."""
+    """Subsystems register their own subcommands (serve, api, train, data, evaluate)."""
+    from tfbatch.apiserver import cli as api_cli
     from tfbatch.evaluate import cli as evaluate_cli
     from tfbatch.serve import cli as serve_cli
     from tfbatch.train import cli as train_cli
 
-    for module in (serve_cli, train_cli, evaluate_cli):
+    for module in (serve_cli, api_cli, train_cli, evaluate_cli):
         module.add_parser(sub)
 
 

@@ -1,0 +1,74 @@
+"""``kill -9`` the API server mid-job, start it again: the job resumes from its ledger and
+finishes with the outputs an uninterrupted run writes; models and jobs are all still there."""
+
+from __future__ import annotations
+
+import json
+import time
+
+ROLE = "arn:aws:iam::000000000000:role/tfbatch-test"
+
+
+def _poll(condition, what: str, limit_s: float = 180.0):
+    deadline = time.monotonic() + limit_s  # a failure guard only
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _job(name: str, inp, out) -> dict:
+    return {
+        "TransformJobName": name, "ModelName": "slow", "MaxConcurrentTransforms": 1,
+        "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": inp.as_uri() + "/"}},
+                           "ContentType": "application/json", "SplitType": "Line"},
+        "TransformOutput": {"S3OutputPath": out.as_uri() + "/", "AssembleWith": "Line"},
+        "TransformResources": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+    }
+
+
+def _wait(sm, name: str) -> dict:
+    sm.get_waiter("transform_job_completed_or_stopped").wait(
+        TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+    return sm.describe_transform_job(TransformJobName=name)
+
+
+def test_kill_9_mid_job_then_restart_finishes_with_identical_outputs(make_api_server, tmp_path, api_slow_model):
+    from tests.integration.transform.ledger_files import done_keys
+
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(24):
+        (inp / f"f{i:02d}.jsonl").write_text("".join(json.dumps([i, j]) + "\n" for j in range(2)))
+    killed_out, reference_out = tmp_path / "killed", tmp_path / "reference"
+
+    server = make_api_server(tmp_path / "state").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE,
+                    PrimaryContainer={"Image": "tfbatch", "ModelDataUrl": api_slow_model.as_uri()})
+    sm.create_transform_job(**_job("interrupted", inp, killed_out))
+    _poll(lambda: len(done_keys(killed_out)) >= 3, "three objects committed")
+    server.kill()
+    finished_before = len(done_keys(killed_out))
+    assert 3 <= finished_before < 24
+
+    again = make_api_server(tmp_path / "state").start()
+    sm = again.client("sagemaker")
+    assert sm.describe_model(ModelName="slow")["PrimaryContainer"]["ModelDataUrl"] == api_slow_model.as_uri()
+    described = _wait(sm, "interrupted")
+    assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
+    progress = json.loads((tmp_path / "state" / "state.sqlite3").exists() and "{}")
+    assert progress == {}
+
+    sm.create_transform_job(**_job("reference", inp, reference_out))
+    assert _wait(sm, "reference")["TransformJobStatus"] == "Completed"
+    outs = lambda root: {p.name: p.read_bytes() for p in sorted(root.glob("*.out"))}  # noqa: E731
+    assert len(outs(killed_out)) == 24
+    assert outs(killed_out) == outs(reference_out)
+    # The resumed run skipped what the killed one had committed: its report says so.
+    report = json.loads((killed_out / "_tfbatch" / "report.json").read_text())
+    assert report["skipped"] >= finished_before and report["objects"] == 24 - report["skipped"]
+    assert [j["TransformJobName"] for j in sm.list_transform_jobs(SortBy="Name", SortOrder="Ascending")[
+        "TransformJobSummaries"]] == ["interrupted", "reference"]

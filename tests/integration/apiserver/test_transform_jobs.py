@@ -1,0 +1,251 @@
+"""boto3 against a real ``tfbatch api`` process: models, transform jobs, waiters, errors, paging, logs."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import botocore.exceptions
+import pytest
+import requests
+
+from tfbatch import run_transform
+
+ROLE = "arn:aws:iam::000000000000:role/tfbatch-test"
+
+
+def _container(url: str) -> dict:
+    return {"Image": "tfbatch", "ModelDataUrl": url}
+
+
+def _job(name: str, model: str, input_uri: str, output_uri: str, **extra) -> dict:
+    request = {
+        "TransformJobName": name, "ModelName": model,
+        "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": input_uri}},
+                           "ContentType": "application/json", "SplitType": "Line"},
+        "TransformOutput": {"S3OutputPath": output_uri, "AssembleWith": "Line"},
+        "TransformResources": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+    }
+    request.update(extra)
+    return request
+
+
+def _wait(sm, name: str) -> dict:
+    sm.get_waiter("transform_job_completed_or_stopped").wait(
+        TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+    return sm.describe_transform_job(TransformJobName=name)
+
+
+def _error(call) -> dict:
+    with pytest.raises(botocore.exceptions.ClientError) as info:
+        call()
+    return {**info.value.response["Error"], "Status": info.value.response["ResponseMetadata"]["HTTPStatusCode"]}
+
+
+def _rows(n: int) -> list[str]:
+    return ["".join(json.dumps([i, j, 1.5]) + "\n" for j in range(3)) for i in range(n)]
+
+
+def test_s3_job_through_boto3_matches_tfbatch_transform(api_server, s3_server, s3_bucket, api_linear_model,
+                                                        tmp_path):
+    from tfbatch.artifact import package
+
+    s3 = s3_server.client()
+    archive = package([str(api_linear_model)], output=str(tmp_path / "model.tar.gz"))
+    s3.upload_file(str(archive), s3_bucket, "models/model.tar.gz")
+    local_in = tmp_path / "in"
+    local_in.mkdir()
+    for i, body in enumerate(_rows(5)):
+        s3.put_object(Bucket=s3_bucket, Key=f"in/part-{i}.jsonl", Body=body.encode())
+        (local_in / f"part-{i}.jsonl").write_text(body)
+
+    sm = api_server.client("sagemaker")
+    arn = sm.create_model(ModelName="linear", ExecutionRoleArn=ROLE,
+                          PrimaryContainer=_container(f"s3://{s3_bucket}/models/model.tar.gz"))["ModelArn"]
+    assert arn == "arn:aws:sagemaker:us-east-1:000000000000:model/linear"
+    job_arn = sm.create_transform_job(**_job("job-one", "linear", f"s3://{s3_bucket}/in/",
+                                             f"s3://{s3_bucket}/out/"))["TransformJobArn"]
+    described = _wait(sm, "job-one")
+    assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
+    assert described["TransformJobArn"] == job_arn
+    assert described["CreationTime"] <= described["TransformStartTime"] <= described["TransformEndTime"]
+    assert described["TransformInput"]["SplitType"] == "Line" and described["ModelName"] == "linear"
+
+    reference = run_transform(model=str(archive), input=str(local_in), output=str(tmp_path / "ref"),
+                              content_type="application/json", split_type="Line", assemble_with="Line")
+    assert reference.ok
+    for i in range(5):
+        got = s3.get_object(Bucket=s3_bucket, Key=f"out/part-{i}.jsonl.out")["Body"].read()
+        assert got == (tmp_path / "ref" / f"part-{i}.jsonl.out").read_bytes()
+        assert len(got.splitlines()) == 3
+
+    # The job's log lines are in CloudWatch Logs, where SageMaker clients look for them.
+    logs = api_server.client("logs")
+    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TransformJobs",
+                                        logStreamNamePrefix="job-one/")["logStreams"]
+    assert [s["logStreamName"].split("/")[0] for s in streams] == ["job-one"]
+    events = logs.get_log_events(logGroupName="/aws/sagemaker/TransformJobs",
+                                 logStreamName=streams[0]["logStreamName"], startFromHead=True)
+    text = [e["message"] for e in events["events"]]
+    assert any("5/5 objects succeeded" in line for line in text), text
+    again = logs.get_log_events(logGroupName="/aws/sagemaker/TransformJobs",
+                                logStreamName=streams[0]["logStreamName"], nextToken=events["nextForwardToken"])
+    assert again["events"] == [] and again["nextForwardToken"] == events["nextForwardToken"]
+    found = logs.filter_log_events(logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix="job-one/",
+                                   filterPattern='"objects succeeded"')["events"]
+    assert len(found) == 1 and "5/5" in found[0]["message"]
+
+    # Same name again: AWS's ResourceInUse.
+    err = _error(lambda: sm.create_transform_job(**_job("job-one", "linear", f"s3://{s3_bucket}/in/",
+                                                        f"s3://{s3_bucket}/out2/")))
+    assert err["Code"] == "ResourceInUse" and err["Status"] == 400
+
+
+def test_missing_resources_answer_validation_exception_and_fail_the_waiter(api_server):
+    sm = api_server.client("sagemaker")
+    err = _error(lambda: sm.describe_transform_job(TransformJobName="no-such-job"))
+    assert err["Code"] == "ValidationException" and err["Status"] == 400
+    assert "Could not find job" in err["Message"]
+    err = _error(lambda: sm.describe_model(ModelName="no-such-model"))
+    assert err["Code"] == "ValidationException" and "Could not find model" in err["Message"]
+    with pytest.raises(botocore.exceptions.WaiterError) as info:
+        sm.get_waiter("transform_job_completed_or_stopped").wait(
+            TransformJobName="no-such-job", WaiterConfig={"Delay": 1, "MaxAttempts": 3})
+    assert "ValidationException" in str(info.value)
+
+
+def test_bad_requests_name_the_field(api_server, tmp_path, api_linear_model):
+    sm = api_server.client("sagemaker")
+    err = _error(lambda: sm.create_model(ModelName="bad_name!", ExecutionRoleArn=ROLE,
+                                         PrimaryContainer=_container(api_linear_model.as_uri())))
+    assert err["Code"] == "ValidationException" and "'modelName'" in err["Message"]
+    err = _error(lambda: sm.create_model(ModelName="no-data", ExecutionRoleArn=ROLE,
+                                         PrimaryContainer={"Image": "tfbatch"}))
+    assert err["Code"] == "ValidationException" and "PrimaryContainer.ModelDataUrl" in err["Message"]
+    sm.create_model(ModelName="linear", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_linear_model.as_uri()))
+    inp, out = (tmp_path / "in").as_uri() + "/", (tmp_path / "out").as_uri() + "/"
+    bad = _job("bad-split", "linear", inp, out)
+    bad["TransformInput"]["SplitType"] = "Paragraph"
+    # botocore checks enums only in its own client-side validation, which we turn off to reach the server.
+    raw = api_server.client("sagemaker", config=botocore.config.Config(parameter_validation=False,
+                                                                       retries={"max_attempts": 1}))
+    err = _error(lambda: raw.create_transform_job(**bad))
+    assert err["Code"] == "ValidationException" and "'transformInput.splitType'" in err["Message"]
+    assert "enum value set" in err["Message"]
+    err = _error(lambda: raw.create_transform_job(**_job("big-payload", "linear", inp, out, MaxPayloadInMB=101)))
+    # botocore's model sets no maximum here; TransformSpec holds SageMaker's documented 100.
+    assert "MaxPayloadInMB" in err["Message"] and "less than or equal to 100" in err["Message"]
+    err = _error(lambda: sm.create_transform_job(**_job("no-model", "missing-model", inp, out)))
+    assert err["Code"] == "ValidationException" and "Could not find model" in err["Message"]
+    err = _error(lambda: sm.create_transform_job(**_job("inside", "linear", inp, inp)))
+    assert err["Code"] == "ValidationException" and "output prefix" in err["Message"]
+    err = _error(lambda: sm.create_transform_job(**_job("capture", "linear", inp, out, DataCaptureConfig={
+        "DestinationS3Uri": "s3://b/capture"})))
+    assert "DataCaptureConfig is not supported" in err["Message"]
+    assert sm.list_transform_jobs()["TransformJobSummaries"] == []
+
+
+def test_unsigned_and_wrongly_signed_requests_get_403(api_server):
+    wrong = api_server.client("sagemaker", aws_secret_access_key="wrong-secret")
+    err = _error(lambda: wrong.list_models())
+    assert err["Code"] == "InvalidSignatureException" and err["Status"] == 403
+    stranger = api_server.client("sagemaker", aws_access_key_id="AKIDSTRANGER")
+    err = _error(lambda: stranger.list_models())
+    assert err["Code"] == "UnrecognizedClientException" and err["Status"] == 403
+    answer = requests.post(api_server.url + "/", data=b"{}", timeout=30,
+                           headers={"X-Amz-Target": "SageMaker.ListModels",
+                                    "Content-Type": "application/x-amz-json-1.1"})
+    assert answer.status_code == 403 and answer.json()["__type"] == "MissingAuthenticationTokenException"
+    assert api_server.secret not in api_server.log.read_text()
+
+
+def test_paging_with_next_token(api_server, api_linear_model):
+    sm = api_server.client("sagemaker")
+    names = [f"model-{i}" for i in range(7)]
+    for name in names:
+        sm.create_model(ModelName=name, ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_linear_model.as_uri()))
+    seen, token, pages = [], None, 0
+    while True:
+        kwargs = {"MaxResults": 3, "SortBy": "Name", "SortOrder": "Ascending"}
+        if token:
+            kwargs["NextToken"] = token
+        answer = sm.list_models(**kwargs)
+        seen += [m["ModelName"] for m in answer["Models"]]
+        pages += 1
+        token = answer.get("NextToken")
+        if not token:
+            break
+    assert seen == names and pages == 3
+    # A model deleted between pages does not shift the next page.
+    first = sm.list_models(MaxResults=2, SortBy="Name", SortOrder="Ascending")
+    sm.delete_model(ModelName="model-0")
+    rest = sm.list_models(MaxResults=10, SortBy="Name", SortOrder="Ascending", NextToken=first["NextToken"])
+    assert [m["ModelName"] for m in rest["Models"]] == names[2:]
+    paged = [m["ModelName"] for p in sm.get_paginator("list_models").paginate(PaginationConfig={"PageSize": 2})
+             for m in p["Models"]]
+    assert sorted(paged) == names[1:] and len(paged) == 6
+    assert [m["ModelName"] for m in sm.list_models(NameContains="model-6")["Models"]] == ["model-6"]
+    err = _error(lambda: sm.list_models(NextToken="garbage"))
+    assert err["Code"] == "ValidationException"
+
+
+def test_tags_on_models(api_server, api_linear_model):
+    sm = api_server.client("sagemaker")
+    arn = sm.create_model(ModelName="tagged", ExecutionRoleArn=ROLE, PrimaryContainer=_container(
+        api_linear_model.as_uri()), Tags=[{"Key": "team", "Value": "vision"}])["ModelArn"]
+    sm.add_tags(ResourceArn=arn, Tags=[{"Key": "stage", "Value": "test"}])
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}, {"Key": "team", "Value": "vision"}]
+    sm.delete_tags(ResourceArn=arn, TagKeys=["team"])
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}]
+    err = _error(lambda: sm.list_tags(ResourceArn=arn.replace("tagged", "missing")))
+    assert err["Code"] == "ValidationException"
+
+
+def _slow_inputs(folder: Path, n: int) -> None:
+    folder.mkdir()
+    for i in range(n):
+        (folder / f"f{i:02d}.jsonl").write_text("".join(json.dumps([i, j]) + "\n" for j in range(2)))
+
+
+def _done_outputs(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("*.out"))}
+
+
+def _poll(condition, what: str, limit_s: float = 180.0):
+    deadline = time.monotonic() + limit_s  # a failure guard only
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _slow_job(name: str, inp: Path, out: Path) -> dict:
+    # One row per model batch at 0.25 s each, one request at a time: ~0.5 s per object.
+    return _job(name, "slow", inp.as_uri() + "/", out.as_uri() + "/", MaxConcurrentTransforms=1)
+
+
+def test_stop_keeps_partial_outputs_and_a_consistent_ledger(api_server, tmp_path, api_slow_model):
+    from tests.integration.transform.ledger_files import done_keys
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    _slow_inputs(inp, 40)
+    sm = api_server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    sm.create_transform_job(**_slow_job("to-stop", inp, out))
+    _poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
+    sm.stop_transform_job(TransformJobName="to-stop")
+    assert sm.describe_transform_job(TransformJobName="to-stop")["TransformJobStatus"] in ("Stopping", "Stopped")
+    described = _wait(sm, "to-stop")
+    assert described["TransformJobStatus"] == "Stopped"
+    done = set(done_keys(out))
+    outputs = _done_outputs(out)
+    assert 2 <= len(done) < 40
+    # Every object the ledger calls done has its complete output; nothing else is half-written.
+    assert {f"{k}.out" for k in done} <= set(outputs)
+    for body in outputs.values():
+        assert len(body.splitlines()) == 2
+    err = _error(lambda: sm.stop_transform_job(TransformJobName="to-stop"))
+    assert err["Code"] == "ValidationException"
