@@ -14,6 +14,7 @@ sign-in link.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -79,11 +80,17 @@ class ApiConsoleSource:
                       int(p.get("failed_records", 0)), int(p.get("failed", 0)))
 
     def list_jobs(self, *, status: str | None = None, offset: int = 0, limit: int = 50) -> JobPage:
-        docs = self.state.list(JOB)  # oldest first; Describe documents are small
+        # One page straight from SQLite (its created index, the status read inside the
+        # document): parsing every job's document per page view costs ~0.1 s per 5,000 jobs.
+        # State has no paging method of its own yet, so its one query helper is used here.
+        where, args = "kind = ?", [JOB]
         if status:
-            docs = [d for d in docs if d.get("TransformJobStatus") == status]
-        docs.sort(key=lambda d: (d.get("CreationTime") or 0, d["TransformJobName"]), reverse=True)
-        return JobPage([self._row(d) for d in docs[offset:offset + limit]], len(docs), offset, limit)
+            where += " AND json_extract(doc, '$.TransformJobStatus') = ?"
+            args.append(status)
+        total = self.state._run(f"SELECT COUNT(*) FROM resources WHERE {where}", tuple(args)).fetchone()[0]
+        rows = self.state._run(f"SELECT doc FROM resources WHERE {where} ORDER BY created DESC, key DESC "
+                               "LIMIT ? OFFSET ?", (*args, limit, offset)).fetchall()
+        return JobPage([self._row(json.loads(r[0])) for r in rows], total, offset, limit)
 
     def _output(self, doc: dict[str, Any]) -> str:
         return str(doc.get("TransformOutput", {}).get("S3OutputPath", "")).rstrip("/")
@@ -96,8 +103,6 @@ class ApiConsoleSource:
         with self._lock:
             if name in self._reports:
                 return self._reports[name]
-        import json
-
         from tfbatch.storage import ObjectNotFound, read_text
 
         try:
