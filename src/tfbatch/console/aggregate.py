@@ -25,32 +25,49 @@ FIRST_WIDTH_S = 0.25
 
 
 class Buckets:
-    """Cumulative points of one series, at most ``max_points``, one per bucket of ``width`` seconds."""
+    """Cumulative points of one series, at most ``max_points``, one per bucket of ``width`` seconds.
+
+    Rows are plain tuples ``(t, objects, records, failed)`` and the current bucket's number is
+    kept: ``add`` runs once per finished object on the job's result thread, so it stays a
+    few hundred nanoseconds.
+    """
 
     def __init__(self, max_points: int = MAX_POINTS, width: float = FIRST_WIDTH_S):
         if max_points < 2:
             raise ValueError(f"max_points must be at least 2, got {max_points}")
         self.max_points = max_points
         self.width = width
-        self.points: list[Point] = []
+        self.rows: list[tuple[float, int, int, int]] = []
+        self._bucket = -1
 
-    def add(self, point: Point) -> None:
-        if self.points and int(self.points[-1].t // self.width) == int(point.t // self.width):
-            self.points[-1] = point  # same bucket: the later cumulative value stands for it
-        else:
-            self.points.append(point)
-        while len(self.points) > self.max_points:
+    @property
+    def points(self) -> list[Point]:
+        return [Point(*row) for row in self.rows]
+
+    def add(self, point: Point | tuple[float, int, int, int]) -> None:
+        row = (point.t, point.objects, point.records, point.failed) if isinstance(point, Point) else point
+        bucket = int(row[0] // self.width)
+        if self.rows and bucket == self._bucket:
+            self.rows[-1] = row  # same bucket: the later cumulative value stands for it
+            return
+        self.rows.append(row)
+        self._bucket = bucket
+        while len(self.rows) > self.max_points:
             self._coarsen()
 
     def _coarsen(self) -> None:
         self.width *= 2
-        kept: list[Point] = []
-        for p in self.points:
-            if kept and int(kept[-1].t // self.width) == int(p.t // self.width):
-                kept[-1] = p
+        kept: list[tuple[float, int, int, int]] = []
+        last = -1
+        for row in self.rows:
+            bucket = int(row[0] // self.width)
+            if kept and bucket == last:
+                kept[-1] = row
             else:
-                kept.append(p)
-        self.points = kept
+                kept.append(row)
+                last = bucket
+        self.rows = kept
+        self._bucket = last
 
 
 class ProgressAggregator:
@@ -73,7 +90,7 @@ class ProgressAggregator:
         self._series = [Buckets(max_points) for _ in range(self.instances)]
         self.failed_records = 0
         for series in self._series:
-            series.add(Point(0.0, 0, 0, 0))
+            series.add((0.0, 0, 0, 0))
 
     def set_total(self, total: int) -> None:
         self.total = total
@@ -87,7 +104,7 @@ class ProgressAggregator:
             counts[1] += result.records
             counts[2] += 0 if result.ok else 1
             self.failed_records += result.failed_records
-            self._series[instance].add(Point(now, *counts))
+            self._series[instance].add((now, counts[0], counts[1], counts[2]))
 
     def stop(self) -> None:
         """The job ended: series end here, not at the time someone looks at them."""
@@ -100,7 +117,7 @@ class ProgressAggregator:
         with self._lock:
             out = {}
             for i, buckets in enumerate(self._series):
-                points = list(buckets.points)
+                points = buckets.points
                 if points and points[-1].t < now:
                     points.append(Point(now, *self._counts[i]))
                 out[i] = points
