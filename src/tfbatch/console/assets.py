@@ -19,7 +19,7 @@ th { background: #eef0f3; font-weight: 600; } td.num { text-align: right; font-v
 .status-Failed, .status-Stopped { color: #d13212; } .status-InProgress, .status-Creating { color: #0073bb; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; } .card { background: #fff; padding: 8px 12px; min-width: 120px; }
 .card .v { font-size: 20px; font-weight: 600; } .card .k { color: #555; font-size: 12px; }
-svg.chart { background: #fff; margin: 4px 8px 8px 0; } svg.chart text { font-size: 11px; fill: #444; }
+.charts { display: flex; flex-wrap: wrap; } svg.chart { background: #fff; margin: 4px 8px 8px 0; } svg.chart text { font-size: 11px; fill: #444; }
 svg.chart .chart-title { font-size: 13px; fill: #1b1b1b; font-weight: 600; } svg.chart .grid { stroke: #e3e5e8; }
 pre.log { background: #111; color: #ddd; padding: 8px; max-height: 320px; overflow: auto; white-space: pre-wrap; }
 .filters a { margin-right: 8px; } .filters a.on { font-weight: 700; } .muted { color: #666; }

@@ -7,6 +7,7 @@ internet, and an SVG string travels inside the HTML the page already loads.
 
 from __future__ import annotations
 
+import bisect
 from html import escape
 
 from tfbatch.console.source import ALL_INSTANCES, Point
@@ -69,8 +70,11 @@ def total_series(series: dict[int, list[Point]]) -> list[Point]:
 
 
 def line_chart(title: str, lines: list[tuple[str, str, list[tuple[float, float]]]], *,
-               chart_id: str = "") -> str:
-    """An SVG chart of ``lines`` (label, colour, [(seconds, value)]) sharing one pair of axes."""
+               chart_id: str = "", value_covers_span_before: bool = False) -> str:
+    """An SVG chart of ``lines`` (label, colour, [(seconds, value)]) sharing one pair of axes.
+
+    Drawn as steps: a count holds from its point until the next one; a rate
+    (``value_covers_span_before``) holds over the span that ends at its point."""
     max_x = max((x for _l, _c, pts in lines for x, _y in pts), default=0.0) or 1.0
     max_y = nice_ceiling(max((y for _l, _c, pts in lines for _x, y in pts), default=0.0))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
@@ -99,7 +103,10 @@ def line_chart(title: str, lines: list[tuple[str, str, list[tuple[float, float]]
         if pts:
             # Steps, not slopes: a count holds until the next point, so a quiet start-up reads
             # as flat rather than as slow progress.
-            steps = [pts[0]] + [q for (_, y0), (x1, y1) in zip(pts, pts[1:]) for q in ((x1, y0), (x1, y1))]
+            if value_covers_span_before:
+                steps = [pts[0]] + [q for (x0, _), (x1, y1) in zip(pts, pts[1:]) for q in ((x0, y1), (x1, y1))]
+            else:
+                steps = [pts[0]] + [q for (_, y0), (x1, y1) in zip(pts, pts[1:]) for q in ((x1, y0), (x1, y1))]
             coords = " ".join(f"{sx(x):.0f},{sy(y):.0f}" for x, y in steps)  # whole pixels are enough
             parts.append(f'<polyline fill="none" stroke="{escape(colour)}" stroke-width="1.8" points="{coords}"'
                          f' data-label="{escape(label)}" data-last="{pts[-1][1]:g}"/>')
@@ -122,4 +129,26 @@ def progress_charts(series: dict[int, list[Point]]) -> str:
         for i, points in sorted(instances.items()):
             lines.append((f"instance {i}", COLOURS[i % len(COLOURS)], [(p.t, pick(p)) for p in points]))
         charts.append(line_chart(f"{what} done over time", lines, chart_id=f"chart-{what}"))
-    return "".join(charts)
+    charts.append(line_chart("records/s, all instances", [("records/s", "#000000", rates(total))],
+                             chart_id="chart-rate", value_covers_span_before=True))
+    return f'<div class="charts">{"".join(charts)}</div>'
+
+
+def rates(points: list[Point], bins: int = 60) -> list[tuple[float, float]]:
+    """Records per second over ``bins`` equal spans of the run (each point ends its span).
+
+    Equal spans, not point to point: neighbouring points of a merged series can be
+    milliseconds apart, and a rate over such a gap is noise."""
+    if len(points) < 2 or points[-1].t <= 0:
+        return [(0.0, 0.0)] if points else []
+    times = [p.t for p in points]
+    width = points[-1].t / bins
+
+    def records_at(t: float) -> int:
+        i = bisect.bisect_right(times, t) - 1
+        return points[i].records if i >= 0 else 0
+
+    out = [(0.0, 0.0)]
+    for k in range(1, bins + 1):
+        out.append((k * width, (records_at(k * width) - records_at((k - 1) * width)) / width))
+    return out

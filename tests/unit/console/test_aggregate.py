@@ -109,4 +109,14 @@ def test_charts_draw_per_instance_lines_and_their_sum_or_a_whole_job_series():
     svg = progress_charts(series)
     assert svg.count('data-label="all"') == 2 and 'data-label="instance 1" data-last="4"' in svg
     whole = progress_charts({ALL_INSTANCES: [Point(0, 0, 0, 0), Point(5, 7, 9, 0)]})
-    assert 'data-label="all" data-last="7"' in whole and "instance" not in whole
+    assert 'data-label="all" data-last="7"' in whole and 'data-label="instance' not in whole
+
+
+def test_the_rate_chart_is_records_per_second_over_equal_spans():
+    from tfbatch.console.charts import progress_charts, rates
+
+    points = [Point(0, 0, 0, 0), Point(2, 1, 10, 0), Point(2.001, 2, 12, 0), Point(4, 3, 40, 0)]
+    assert rates(points, bins=2) == [(0.0, 0.0), (2.0, 5.0), (4.0, 15.0)]  # no spike from the 1 ms gap
+    assert rates([]) == [] and rates([Point(0, 0, 0, 0)]) == [(0.0, 0.0)]
+    svg = progress_charts({0: points})
+    assert 'id="chart-rate"' in svg and svg.count('data-label="records/s"') == 1
