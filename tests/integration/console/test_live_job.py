@@ -107,11 +107,14 @@ def test_a_running_job_page_updates_itself_and_matches_the_report(model, tmp_pat
             assert _text(page, "#job-status") == "InProgress"
             page.screenshot(path=str(tmp_path / "job-in-progress.png"), full_page=True)
 
+            # The jobs list follows the job too: let it go and wait for its row to end.
             page.goto(f"{url}/console/jobs")
             assert _text(page, "tr[data-job='live-job'] td.objects") == f"{HELD_AFTER} / {OBJECTS + 1}"
-            page.goto(f"{url}/console/jobs/live-job")
             release.set()
-            page.wait_for_selector("#job-status .status-Failed", timeout=300_000)  # one object failed
+            page.wait_for_selector("tr[data-job='live-job'] .status-Failed", timeout=300_000)  # one object failed
+            assert _text(page, "tr[data-job='live-job'] td.objects") == f"{OBJECTS + 1} / {OBJECTS + 1}"
+            page.goto(f"{url}/console/jobs/live-job")
+            page.wait_for_selector("#job-status .status-Failed")
             report = outcome["report"].to_dict()
             assert _text(page, "#objects-done") == f"{report['objects']} / {OBJECTS + 1}"
             assert _text(page, "#records") == f"{report['records']:,}"
