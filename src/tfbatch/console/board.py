@@ -84,20 +84,15 @@ class TrackedJob:
         self.progress = _Recorder(self, progress)
 
     def capture_logs(self, logger: str = "tfbatch") -> Callable[[], None]:
-        """Collect ``logger``'s records into this job's log tail; returns the undo."""
+        """Collect ``logger``'s records into this job's log tail; returns the undo.
+
+        The logger's level is left alone: what the tail gets is what the program logs
+        anyway (warnings by default, more with ``-v``), so watching a job never changes
+        what reaches stderr.
+        """
         target = logging.getLogger(logger)
         target.addHandler(self.logs)
-        if target.getEffectiveLevel() > logging.INFO:
-            previous = target.level
-            target.setLevel(logging.INFO)
-        else:
-            previous = None
-
-        def undo() -> None:
-            target.removeHandler(self.logs)
-            if previous is not None:
-                target.setLevel(previous)
-        return undo
+        return lambda: target.removeHandler(self.logs)
 
     def finish(self, report: Any) -> None:
         """The job's report (a JobReport or its ``to_dict()``): final counts, status, settings."""
