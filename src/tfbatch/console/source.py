@@ -181,6 +181,7 @@ def settings_from_report(report: dict[str, Any]) -> list[Setting]:
         by = stats.get("chosen_by") or {}
         tuned = stats.get("autotune") or {}
         rows = [("lane", stats.get("lane"), "tfbatch (what the job's shape allows)"),
+                ("predict", stats.get("predict"), "tfbatch (what the model and script allow)"),
                 ("batch size", stats.get("max_batch_size"), by.get("max_batch_size") or ("tuner" if tuned else "")),
                 ("workers", stats.get("workers"), by.get("workers", "")),
                 ("lane threads", stats.get("lane_threads"), ""),

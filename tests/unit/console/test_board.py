@@ -56,3 +56,20 @@ def test_the_board_forgets_its_oldest_finished_jobs_past_its_bound():
         job.finish({"objects": 1})
     names = [r.name for r in board.list_jobs().rows]
     assert len(names) <= 4 and "running" in names and "done-0" not in names
+
+
+def test_settings_name_who_chose_each_and_show_differences_per_instance():
+    from tfbatch.console.source import settings_from_report
+
+    def lane(size, by):
+        return {"lane": "dataflow", "predict": "image-batch", "max_batch_size": size, "workers": 2,
+                "in_flight_objects": 48, "chosen_by": {"max_batch_size": by, "workers": "default"}}
+
+    report = {"instances": 2, "concurrency": 32,
+              "batches": {"0:m/1/serving_default": lane(16, "tuner"), "1:m/1/serving_default": lane(32, "tuner")}}
+    shown = {(s.name, s.value, s.chosen_by) for s in settings_from_report(report)}
+    assert ("m/1/serving_default predict", "image-batch", "tfbatch (what the model and script allow)") in shown
+    assert ("m/1/serving_default workers", "2", "default") in shown  # the same on both: once
+    assert ("m/1/serving_default batch size (instance 0)", "16", "tuner") in shown  # differs: per instance
+    assert ("m/1/serving_default batch size (instance 1)", "32", "tuner") in shown
+    assert ("instances", "2", "job") in shown and settings_from_report({}) == []
