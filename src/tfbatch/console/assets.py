@@ -14,7 +14,7 @@ header a { color: #fff; text-decoration: none; } header .brand { font-weight: 60
 main { padding: 12px 16px; max-width: 1200px; }
 table { border-collapse: collapse; background: #fff; width: 100%; margin: 8px 0 16px; }
 th, td { border-bottom: 1px solid #e3e5e8; padding: 4px 8px; text-align: left; vertical-align: top; }
-th { background: #eef0f3; font-weight: 600; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #eef0f3; font-weight: 600; } #jobs td, #endpoints td { white-space: nowrap; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .status { font-weight: 600; } .status-Completed, .status-InService { color: #1d8102; }
 .status-Failed, .status-Stopped { color: #d13212; } .status-InProgress, .status-Creating { color: #0073bb; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; } .card { background: #fff; padding: 8px 12px; min-width: 120px; }

@@ -113,6 +113,7 @@ def test_a_running_job_page_updates_itself_and_matches_the_report(model, tmp_pat
             release.set()
             page.wait_for_selector("tr[data-job='live-job'] .status-Failed", timeout=300_000)  # one object failed
             assert _text(page, "tr[data-job='live-job'] td.objects") == f"{OBJECTS + 1} / {OBJECTS + 1}"
+            page.screenshot(path=str(tmp_path / "jobs-list.png"), full_page=True)
             page.goto(f"{url}/console/jobs/live-job")
             page.wait_for_selector("#job-status .status-Failed")
             report = outcome["report"].to_dict()
