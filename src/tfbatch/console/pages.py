@@ -120,15 +120,17 @@ def job_live(detail: JobDetail, series: dict[int, list[Point]], failures: list[F
            _card("failed records", f"{r.failed_records:,}", "failed-records"),
            _card("failed objects", f"{r.failed_objects:,}", "failed-objects"),
            "</div>", progress_charts(series)]
-    out.append(f"<h2>Failures</h2>{failures_table(failures, detail.error_report)}")
+    out.append(f"<h2>Failures</h2>{failures_table(failures, detail.error_report, final=r.final)}")
     out.append(f'<h2>Log</h2><pre class="log" id="log">{esc(chr(10).join(log)) or "(nothing logged)"}</pre>')
     out.append("</div>")
     return "".join(out)
 
 
-def failures_table(failures: list[Failure], error_report: str | None) -> str:
+def failures_table(failures: list[Failure], error_report: str | None, *, final: bool = True) -> str:
     if not failures:
-        return '<p class="muted" id="no-failures">No failed records.</p>'
+        # While a job runs, a source may only learn its failures from the error report at the end.
+        text = "No failed records." if final else "No failed records reported yet."
+        return f'<p class="muted" id="no-failures">{text}</p>'
     rows = ["<tr><th>Object</th><th>Record</th><th>Byte offset</th><th>Error</th></tr>"]
     for f in failures:
         rows.append(f'<tr><td class="object">{esc(f.object)}</td><td class="num">{esc(f.record if f.record is not None else "—")}</td>'
