@@ -33,6 +33,7 @@ from tfbatch.console.source import (
     FAILURE_LINES,
     FINAL_STATUSES,
     EndpointRow,
+    InstanceCounts,
     Failure,
     JobDetail,
     JobPage,
@@ -127,10 +128,13 @@ class ApiConsoleSource:
                    ("Instance type", doc.get("TransformResources", {}).get("InstanceType")),
                    ("ARN", doc.get("TransformJobArn"))]
         report = self._report(doc)
+        counts = [InstanceCounts(int(c.get("instance", i)), int(c.get("objects", 0)), int(c.get("records", 0)),
+                                 int(c.get("failed", 0)), int(c.get("failed_records", 0)))
+                  for i, c in enumerate(self._progress_doc(name).get("instances") or [])]
         return JobDetail(self._row(doc), output=self._output(doc), error_report=report.get("error_report"),
                          message=doc.get("FailureReason"),
                          details=[(k, str(v)) for k, v in details if v not in (None, "")],
-                         settings=settings_from_report(report) if report else [])
+                         settings=settings_from_report(report) if report else [], instances=counts)
 
     def progress(self, name: str) -> dict[int, list[Point]]:
         p = self._progress_doc(name)

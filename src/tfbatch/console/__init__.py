@@ -20,6 +20,7 @@ _LAZY = {
     "Setting": "tfbatch.console.source",
     "Failure": "tfbatch.console.source",
     "Point": "tfbatch.console.source",
+    "InstanceCounts": "tfbatch.console.source",
     "EndpointRow": "tfbatch.console.source",
     "WorkerStats": "tfbatch.console.source",
     "ModelRow": "tfbatch.console.source",

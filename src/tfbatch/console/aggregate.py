@@ -123,6 +123,11 @@ class ProgressAggregator:
                 out[i] = points
             return out
 
+    def per_instance(self) -> list[tuple[int, int, int]]:
+        """Objects, records and failed objects of each instance, in instance order."""
+        with self._lock:
+            return [tuple(c) for c in self._counts]
+
     def totals(self) -> tuple[int, int, int]:
         """Objects, records and failed objects so far, over all instances."""
         with self._lock:

@@ -19,6 +19,7 @@ from tfbatch.console.aggregate import ProgressAggregator, RecordingProgress
 from tfbatch.console.source import (
     FAILURE_LINES,
     EndpointRow,
+    InstanceCounts,
     Failure,
     JobDetail,
     JobPage,
@@ -136,8 +137,10 @@ class TrackedJob:
 
     def detail(self) -> JobDetail:
         report = self.report or {}
+        counts = [InstanceCounts(i, o, r, f) for i, (o, r, f) in enumerate(self.aggregator.per_instance())]
         return JobDetail(self.row(), output=self.output, error_report=report.get("error_report"),
-                         message=self.message, details=self.details, settings=settings_from_report(report))
+                         message=self.message, details=self.details, settings=settings_from_report(report),
+                         instances=counts)
 
     def failures(self, limit: int = FAILURE_LINES) -> list[Failure]:
         if self.report is not None and self.report.get("error_report"):

@@ -119,11 +119,22 @@ def job_live(detail: JobDetail, series: dict[int, list[Point]], failures: list[F
            _card("records/s", f"{r.records_per_second:,.1f}", "records-per-second"),
            _card("failed records", f"{r.failed_records:,}", "failed-records"),
            _card("failed objects", f"{r.failed_objects:,}", "failed-objects"),
-           "</div>", progress_charts(series)]
+           "</div>", progress_charts(series), instances_table(detail)]
     out.append(f"<h2>Failures</h2>{failures_table(failures, detail.error_report, final=r.final)}")
     out.append(f'<h2>Log</h2><pre class="log" id="log">{esc(chr(10).join(log)) or "(nothing logged)"}</pre>')
     out.append("</div>")
     return "".join(out)
+
+
+def instances_table(detail: JobDetail) -> str:
+    if not detail.instances:
+        return ""
+    rows = ["<tr><th>Instance</th><th>Objects</th><th>Records</th><th>Failed objects</th><th>Failed records</th></tr>"]
+    for c in detail.instances:
+        failed_records = "—" if c.failed_records is None else f"{c.failed_records:,}"
+        rows.append(f'<tr><td>{c.instance}</td><td class="num">{c.objects:,}</td><td class="num">{c.records:,}</td>'
+                    f'<td class="num">{c.failed_objects:,}</td><td class="num">{failed_records}</td></tr>')
+    return f'<table id="instances">{"".join(rows)}</table>'
 
 
 def failures_table(failures: list[Failure], error_report: str | None, *, final: bool = True) -> str:

@@ -77,6 +77,17 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class InstanceCounts:
+    """One instance's totals so far."""
+
+    instance: int
+    objects: int = 0
+    records: int = 0
+    failed_objects: int = 0
+    failed_records: int | None = None  # None: the source does not count them per instance
+
+
+@dataclass(frozen=True)
 class JobDetail:
     """A job's page: its row, where its inputs and outputs are, and what it ran with."""
 
@@ -86,6 +97,7 @@ class JobDetail:
     message: str | None = None  # why it failed or stopped
     details: list[tuple[str, str]] = field(default_factory=list)  # model, input, content type, ...
     settings: list[Setting] = field(default_factory=list)
+    instances: list[InstanceCounts] = field(default_factory=list)
 
 
 # The key of a progress series counting all instances together, for a source that keeps

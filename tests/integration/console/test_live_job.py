@@ -140,6 +140,8 @@ def test_a_running_job_page_updates_itself_and_matches_the_report(model, tmp_pat
             per_instance = {label: last for label, last in lasts}
             assert per_instance["instance 0"] + per_instance["instance 1"] == report["objects"]
             assert per_instance["all"] == report["objects"]
+            counts = page.eval_on_selector_all("#instances tr td:nth-child(2)", "ts => ts.map(t => t.textContent)")
+            assert sum(int(c) for c in counts) == report["objects"] and len(counts) == 2
             page.screenshot(path=str(tmp_path / "job-finished.png"), full_page=True)
 
             # A stopped job's page stays readable: it stops polling and a reload draws the same.

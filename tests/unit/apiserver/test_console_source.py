@@ -29,7 +29,9 @@ def test_jobs_pages_newest_first_with_progress_counts(tmp_path):
         for i in range(3000):
             _job(state, f"job-{i:04d}", 1_700_000_000 + i, "InProgress" if i % 3 == 2 else "Completed")
     state.put_progress("job-2999", {"objects": 40, "records": 400, "failed": 1, "failed_records": 2,
-                                    "total": 100, "instances": [{}, {}],
+                                    "total": 100, "instances": [
+                                        {"instance": 0, "objects": 25, "records": 250, "failed": 1, "failed_records": 2},
+                                        {"instance": 1, "objects": 15, "records": 150, "failed": 0, "failed_records": 0}],
                                     "series": [[1.0, 10, 100, 0], [5.0, 40, 400, 2]]})
     source = ApiConsoleSource(state, {})
     assert isinstance(source, ConsoleSource)
@@ -42,6 +44,9 @@ def test_jobs_pages_newest_first_with_progress_counts(tmp_path):
     assert source.list_jobs(status="InProgress").total == 1000
     assert source.progress("job-2999") == {ALL_INSTANCES: [Point(0.0, 0, 0, 0), Point(1.0, 10, 100, 0),
                                                            Point(5.0, 40, 400, 2)]}
+    counts = source.job("job-2999").instances
+    assert [(c.instance, c.objects, c.records, c.failed_objects, c.failed_records) for c in counts] == [
+        (0, 25, 250, 1, 2), (1, 15, 150, 0, 0)]
     assert source.job("nope") is None and source.progress("nope") == {0: []}
 
 

@@ -112,6 +112,9 @@ def test_a_page_does_not_grow_with_the_job():
     client = TestClient(console_app(board))
     medium_page, huge_page = client.get("/console/jobs/medium").text, client.get("/console/jobs/huge").text
     assert "200,000 / 10,000,000" in huge_page
+    detail = client.get("/console/api/jobs/huge").json()["job"]
+    assert sum(c["objects"] for c in detail["instances"]) == 200_000 and len(detail["instances"]) == 4
+    assert huge_page.count("<tr><td>") >= 4  # the per-instance table
     assert len(huge_page) < 1.1 * len(medium_page) and len(huge_page) < 150_000  # ten times the objects
     series = client.get("/console/api/jobs/huge/progress").json()
     assert sorted(series) == ["0", "1", "2", "3"] and all(len(p) <= 513 for p in series.values())
