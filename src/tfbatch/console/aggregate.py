@@ -89,6 +89,7 @@ class ProgressAggregator:
         self._counts = [[0, 0, 0] for _ in range(self.instances)]  # objects, records, failed objects
         self._series = [Buckets(max_points) for _ in range(self.instances)]
         self.failed_records = 0
+        self._failed_records = [0] * self.instances
         for series in self._series:
             series.add((0.0, 0, 0, 0))
 
@@ -104,6 +105,7 @@ class ProgressAggregator:
             counts[1] += result.records
             counts[2] += 0 if result.ok else 1
             self.failed_records += result.failed_records
+            self._failed_records[instance] += result.failed_records
             self._series[instance].add((now, counts[0], counts[1], counts[2]))
 
     def stop(self) -> None:
@@ -123,10 +125,10 @@ class ProgressAggregator:
                 out[i] = points
             return out
 
-    def per_instance(self) -> list[tuple[int, int, int]]:
-        """Objects, records and failed objects of each instance, in instance order."""
+    def per_instance(self) -> list[tuple[int, int, int, int]]:
+        """Objects, records, failed objects and failed records of each instance, in order."""
         with self._lock:
-            return [tuple(c) for c in self._counts]
+            return [(c[0], c[1], c[2], f) for c, f in zip(self._counts, self._failed_records)]
 
     def totals(self) -> tuple[int, int, int]:
         """Objects, records and failed objects so far, over all instances."""

@@ -137,7 +137,7 @@ class TrackedJob:
 
     def detail(self) -> JobDetail:
         report = self.report or {}
-        counts = [InstanceCounts(i, o, r, f) for i, (o, r, f) in enumerate(self.aggregator.per_instance())]
+        counts = [InstanceCounts(i, *c) for i, c in enumerate(self.aggregator.per_instance())]
         return JobDetail(self.row(), output=self.output, error_report=report.get("error_report"),
                          message=self.message, details=self.details, settings=settings_from_report(report),
                          instances=counts)

@@ -54,6 +54,8 @@ def test_aggregator_counts_each_object_for_the_instance_the_planner_gave_it():
         assert points[-1].objects == len(mine) and points[-1].records == 4 * len(mine)
         assert len(points) <= 16 + 1  # the bounded buckets, plus "now" while nothing is arriving
     assert agg.totals() == (3000, 12000, 30) and agg.failed_records == 30
+    per = agg.per_instance()
+    assert [sum(c[k] for c in per) for k in range(4)] == [3000, 12000, 30, 30]
 
 
 def test_series_end_at_the_current_time_while_a_job_is_quiet():
