@@ -30,7 +30,7 @@ from tfbatch.train.inference_template import write_inference_script
 ROOT = Path(__file__).resolve().parents[2]
 
 # Run below ('train --engine ray' is tests/integration/train/test_ray_train.py).
-RUN_HERE = {"inspect", "package", "transform", "serve", "data digits", "train", "evaluate"}
+RUN_HERE = {"inspect", "package", "transform", "serve", "api", "data digits", "train", "evaluate"}
 NOT_RUN = {"data cifar10": "needs cifar-10-python.tar.gz, a 163 MB download"}
 
 
@@ -184,3 +184,56 @@ def test_serve_answers_then_stops_on_sigterm(workdir):
         code = proc.wait(timeout=60)
         log.close()
     assert code == 0
+
+
+def test_api_runs_a_boto3_transform_job_then_stops_on_sigterm(workdir):
+    import shutil
+
+    import boto3
+
+    command = COMMANDS["api"]
+    (port,) = free_ports(1, "127.0.0.1")
+    flags = [*substitute(command.option("--port"), **{"8000": str(port)}),
+             *substitute(command.option("--state-dir"), DIR="api-state")]
+    images = workdir / "api-in"
+    images.mkdir()
+    for png in sorted((workdir / "eval").glob("*.png"))[:12]:
+        shutil.copy(png, images / png.name)
+    creds = {"AWS_ACCESS_KEY_ID": "AKIDREADME", "AWS_SECRET_ACCESS_KEY": "readme-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **creds}
+    log = open(workdir / "api.log", "w")
+    proc = subprocess.Popen([*tfbatch_executable(), *command.words[1:], *flags], cwd=workdir, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        sm = boto3.client("sagemaker", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
+                          aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"])
+        for _ in range(1200):  # until it answers; the bound only turns a hang into a failure
+            assert proc.poll() is None, (workdir / "api.log").read_text()
+            try:
+                sm.list_models()
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                time.sleep(0.1)
+        sm.create_model(ModelName="digits", ExecutionRoleArn="arn:aws:iam::000000000000:role/readme",
+                        PrimaryContainer={"Image": "tfbatch", "ModelDataUrl": (workdir / "model.tar.gz").as_uri()})
+        sm.create_transform_job(
+            TransformJobName="readme", ModelName="digits",
+            TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
+                                                            "S3Uri": images.as_uri() + "/"}},
+                            "ContentType": "application/x-image"},
+            TransformOutput={"S3OutputPath": (workdir / "api-out").as_uri() + "/"},
+            TransformResources={"InstanceType": "ml.m5.large", "InstanceCount": 1})
+        sm.get_waiter("transform_job_completed_or_stopped").wait(
+            TransformJobName="readme", WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+        described = sm.describe_transform_job(TransformJobName="readme")
+        assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
+        outs = sorted((workdir / "api-out").glob("*.png.out"))
+        assert len(outs) == 12
+        assert len(json.loads(outs[0].read_text())["predictions"][0]) == 10
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        log.close()
+    assert code == 0, (workdir / "api.log").read_text()[-3000:]
+    assert (workdir / "api-state" / "state.sqlite3").is_file()

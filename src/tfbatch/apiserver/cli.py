@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 from pathlib import Path
 
 from tfbatch.errors import ConfigError
@@ -19,6 +20,8 @@ def add_api_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address for --engine ray")
     p.add_argument("--max-concurrent-jobs", type=int, default=2,
                    help="transform jobs running at once; later ones wait InProgress (default 2)")
+    p.add_argument("--no-preload", dest="preload", action="store_false",
+                   help="do not import TensorFlow at start-up (the first local job then imports it)")
     p.add_argument("--region", default=None, help="region in ARNs (default: AWS_REGION, else us-east-1)")
     p.add_argument("--credentials-file", default=None,
                    help="file of 'ACCESS_KEY_ID SECRET' lines accepted for SigV4; default: the server's "
@@ -46,7 +49,7 @@ def config_from_args(args: argparse.Namespace):
     from tfbatch.apiserver.config import ApiConfig
 
     return ApiConfig(host=args.host, port=args.port, state_dir=Path(args.state_dir).resolve(), engine=args.engine,
-                     ray_address=args.ray_address, max_concurrent_jobs=args.max_concurrent_jobs,
+                     ray_address=args.ray_address, max_concurrent_jobs=args.max_concurrent_jobs, preload=args.preload,
                      region=args.region or ApiConfig.region_from_env(),
                      credentials=_read_credentials(args.credentials_file))
 
@@ -60,7 +63,15 @@ def api_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tfbatch.apiserver").setLevel(logging.INFO)
     app = build_app(config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    # uvicorn re-raises the signal that stopped it after its graceful shutdown (running jobs
+    # handed back to the state as InProgress, endpoints stopped); under the default handler
+    # that would end the process by the signal instead of with status 0.
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 

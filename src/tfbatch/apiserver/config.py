@@ -21,6 +21,8 @@ class ApiConfig:
     ray_address: str | None = None
     # Jobs running at once; more wait InProgress in the queue (SageMaker also queues them).
     max_concurrent_jobs: int = 2
+    # Import TensorFlow at start-up (local engine), so the first job does not wait for it.
+    preload: bool = True
     region: str = "us-east-1"
     account_id: str = DEFAULT_ACCOUNT
     # (access key id, secret) pairs accepted for SigV4; empty: the server's own credentials.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from tfbatch.apiserver.listing import page
-from tfbatch.apiserver.protocol import ApiError, not_found, validation
+from tfbatch.apiserver.protocol import not_found, validation
 from tfbatch.apiserver.registry import Context, operation
 
 KIND = "model"
@@ -88,6 +88,3 @@ def list_models(ctx: Context, params: dict) -> dict:
         out["NextToken"] = token
     return out
 
-
-def in_use(message: str) -> ApiError:
-    return ApiError("ResourceInUse", message)

@@ -35,6 +35,13 @@ class JobLog:
         self.state = state
         epoch = int(started or time.time())
         self.streams = [f"{job}/tfbatch-{i}-{epoch}" for i in range(max(1, instances))]
+        # A job resumed after a restart writes on in the streams of its first run: one stream
+        # per instance, as clients expect (the SDK's tailer pages streams only while it has
+        # fewer than the instance count).
+        earlier = sorted((s["stream"] for s in state.log_streams(GROUP, f"{job}/")),
+                         key=lambda name: int(name.rsplit("-", 2)[-2]) if name.rsplit("-", 2)[-2].isdigit() else 0)
+        if len(earlier) == len(self.streams):
+            self.streams = earlier
 
     def write(self, message: str, instance: int = 0) -> None:
         now = int(time.time() * 1000)

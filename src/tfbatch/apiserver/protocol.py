@@ -147,11 +147,10 @@ class _Checker:
         return None
 
     def _length(self, value: Any, n: int, meta: dict, path: str) -> None:
-        what = "length" if isinstance(value, str) else "length"
         if "min" in meta and n < meta["min"]:
-            self.fail(value, path, f"Member must have {what} greater than or equal to {meta['min']}")
+            self.fail(value, path, f"Member must have length greater than or equal to {meta['min']}")
         if "max" in meta and n > meta["max"]:
-            self.fail(value, path, f"Member must have {what} less than or equal to {meta['max']}")
+            self.fail(value, path, f"Member must have length less than or equal to {meta['max']}")
 
     @staticmethod
     def _join(path: str, name: str) -> str:
@@ -205,8 +204,3 @@ def serialize(shape: Shape | None, value: Any) -> Any:
         return base64.b64encode(value).decode() if isinstance(value, (bytes, bytearray)) else value
     return value
 
-
-def error_code_known(service: str, code: str) -> bool:
-    """Whether ``code`` is one this service's model (or every AWS JSON service) answers."""
-    model = service_model(service)
-    return code in COMMON_ERRORS or any(code == s.name for s in model.error_shapes)

@@ -92,6 +92,10 @@ class JobQueue:
         self._resume_interrupted()
         for t in self.threads:
             t.start()
+        if config.engine == "local" and config.preload:
+            # A local job runs its model in this process: import TensorFlow now, while the server
+            # idles, so the first CreateTransformJob does not pay seconds of import time.
+            threading.Thread(target=_preload, daemon=True, name="preload-tensorflow").start()
 
     # ---- what handlers call --------------------------------------------------------
 
@@ -195,6 +199,8 @@ class JobQueue:
                           f"{spec.input or spec.manifest}, output {spec.output}, {spec.instance_count} instance(s), "
                           f"engine {self.config.engine}" + (" (resumed from its ledger)" if spec.resume and
                                                             getattr(run, "resumed", False) else ""))
+            for i in range(len(job_log.streams)):
+                job_log.write(f"instance {i + 1} of {len(job_log.streams)}: starting", i)
             report = run_transform(spec, engine=run.engine, progress=run.stats)
         except TfbatchError as exc:
             if self.closing:
@@ -206,6 +212,9 @@ class JobQueue:
             self._finish(run.name, "Failed", f"{kind}: {exc}")
             return
         run.stats.save()
+        for slot in run.stats.snapshot()["instances"]:
+            job_log.write(f"instance {slot['instance'] + 1}: {slot['objects']} objects ({slot['failed']} failed), "
+                          f"{slot['records']} records ({slot['failed_records']} failed)", slot["instance"])
         for line in report.summary().splitlines():
             job_log.write(line)
         current = self.state.get(KIND, run.name) or {}
@@ -225,6 +234,16 @@ class JobQueue:
         if reason:
             fields["FailureReason"] = reason[:MAX_REASON]
         self.state.update(KIND, name, **fields)
+
+
+def _preload() -> None:
+    try:
+        import tfbatch.api  # noqa: F401 - the job path, imported once
+        from tfbatch.runtime.tf_import import import_tensorflow
+
+        import_tensorflow()
+    except Exception:  # noqa: BLE001 - only a head start; the first job imports (and reports) it again
+        log.debug("preloading TensorFlow failed", exc_info=True)
 
 
 def _reason(report: Any) -> str:

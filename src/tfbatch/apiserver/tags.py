@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tfbatch.apiserver.listing import _decode, _encode
-from tfbatch.apiserver.protocol import validation
+from tfbatch.apiserver.protocol import ApiError, validation
 from tfbatch.apiserver.registry import Context, operation
 
 # AWS's own limit on tags per resource.
@@ -22,7 +22,7 @@ def add_tags(ctx: Context, params: dict) -> dict:
     new = {t["Key"]: t["Value"] for t in params["Tags"]}
     merged = {**ctx.state.tags(arn), **new}
     if len(merged) > MAX_TAGS:
-        raise ApiLimit(f"{arn} would have {len(merged)} tags; at most {MAX_TAGS} are allowed")
+        raise ApiError("ResourceLimitExceeded", f"{arn} would have {len(merged)} tags; at most {MAX_TAGS} are allowed")
     ctx.state.set_tags(arn, new)
     return {"Tags": [{"Key": k, "Value": v} for k, v in new.items()]}
 
@@ -49,8 +49,3 @@ def list_tags(ctx: Context, params: dict) -> dict:
         out["NextToken"] = _encode([None, tags[limit - 1][0]])
     return out
 
-
-def ApiLimit(message: str):  # noqa: N802 - reads as the AWS error it builds
-    from tfbatch.apiserver.protocol import ApiError
-
-    return ApiError("ResourceLimitExceeded", message)

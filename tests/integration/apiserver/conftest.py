@@ -100,8 +100,8 @@ def api_server(tmp_path, s3_server) -> Iterator[ApiServer]:
 def make_api_server(tmp_path, s3_server):
     started: list[ApiServer] = []
 
-    def make(state_dir: Path | None = None) -> ApiServer:
-        server = ApiServer(state_dir or tmp_path / "state", s3_server.env())
+    def make(state_dir: Path | None = None, *args: str) -> ApiServer:
+        server = ApiServer(state_dir or tmp_path / "state", s3_server.env(), *args)
         started.append(server)
         return server
 

@@ -59,8 +59,14 @@ def test_kill_9_mid_job_then_restart_finishes_with_identical_outputs(make_api_se
     assert sm.describe_model(ModelName="slow")["PrimaryContainer"]["ModelDataUrl"] == api_slow_model.as_uri()
     described = _wait(sm, "interrupted")
     assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
-    progress = json.loads((tmp_path / "state" / "state.sqlite3").exists() and "{}")
-    assert progress == {}
+    resumed = again.client("logs").filter_log_events(
+        logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix="interrupted/",
+        filterPattern='"resumed from its ledger"')["events"]
+    assert len(resumed) == 1
+    # One stream per instance, the resumed run writing on in the first run's stream.
+    streams = again.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TransformJobs",
+                                                        logStreamNamePrefix="interrupted/")["logStreams"]
+    assert len(streams) == 1
 
     sm.create_transform_job(**_job("reference", inp, reference_out))
     assert _wait(sm, "reference")["TransformJobStatus"] == "Completed"
@@ -72,3 +78,34 @@ def test_kill_9_mid_job_then_restart_finishes_with_identical_outputs(make_api_se
     assert report["skipped"] >= finished_before and report["objects"] == 24 - report["skipped"]
     assert [j["TransformJobName"] for j in sm.list_transform_jobs(SortBy="Name", SortOrder="Ascending")[
         "TransformJobSummaries"]] == ["interrupted", "reference"]
+
+
+def test_sigterm_mid_job_hands_the_job_back_and_the_next_start_finishes_it(make_api_server, tmp_path,
+                                                                            api_slow_model):
+    from tests.integration.transform.ledger_files import done_keys
+
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    for i in range(16):
+        (inp / f"f{i:02d}.jsonl").write_text("".join(json.dumps([i, j]) + "\n" for j in range(2)))
+    server = make_api_server(tmp_path / "state").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE,
+                    PrimaryContainer={"Image": "tfbatch", "ModelDataUrl": api_slow_model.as_uri()})
+    sm.create_transform_job(**_job("handed-back", inp, out))
+    _poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
+    server.stop()
+    assert server.proc.returncode == 0
+    # A shut-down is not a StopTransformJob: the job is still InProgress, with partial outputs.
+    assert 2 <= len(done_keys(out)) < 16
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "state" / "state.sqlite3") as db:
+        (doc,) = db.execute("SELECT doc FROM resources WHERE kind = 'transform-job'").fetchone()
+    assert json.loads(doc)["TransformJobStatus"] == "InProgress"
+
+    again = make_api_server(tmp_path / "state").start()
+    sm = again.client("sagemaker")
+    described = _wait(sm, "handed-back")
+    assert described["TransformJobStatus"] == "Completed", described.get("FailureReason")
+    assert len(list(out.glob("*.out"))) == 16

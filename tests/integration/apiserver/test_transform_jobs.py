@@ -52,7 +52,7 @@ def test_s3_job_through_boto3_matches_tfbatch_transform(api_server, s3_server, s
     from tfbatch.artifact import package
 
     s3 = s3_server.client()
-    archive = package([str(api_linear_model)], output=str(tmp_path / "model.tar.gz"))
+    archive = package([str(api_linear_model)], tmp_path / "model.tar.gz")
     s3.upload_file(str(archive), s3_bucket, "models/model.tar.gz")
     local_in = tmp_path / "in"
     local_in.mkdir()
@@ -195,7 +195,8 @@ def test_tags_on_models(api_server, api_linear_model):
     arn = sm.create_model(ModelName="tagged", ExecutionRoleArn=ROLE, PrimaryContainer=_container(
         api_linear_model.as_uri()), Tags=[{"Key": "team", "Value": "vision"}])["ModelArn"]
     sm.add_tags(ResourceArn=arn, Tags=[{"Key": "stage", "Value": "test"}])
-    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}, {"Key": "team", "Value": "vision"}]
+    assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"},
+                                                     {"Key": "team", "Value": "vision"}]
     sm.delete_tags(ResourceArn=arn, TagKeys=["team"])
     assert sm.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "stage", "Value": "test"}]
     err = _error(lambda: sm.list_tags(ResourceArn=arn.replace("tagged", "missing")))
@@ -249,3 +250,28 @@ def test_stop_keeps_partial_outputs_and_a_consistent_ledger(api_server, tmp_path
         assert len(body.splitlines()) == 2
     err = _error(lambda: sm.stop_transform_job(TransformJobName="to-stop"))
     assert err["Code"] == "ValidationException"
+
+
+def test_queue_runs_at_most_max_concurrent_jobs_and_loses_none(make_api_server, tmp_path, api_linear_model):
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "2").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="linear", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_linear_model.as_uri()))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i, body in enumerate(_rows(3)):
+        (inp / f"part-{i}.jsonl").write_text(body)
+    names = [f"queued-{i}" for i in range(6)]
+    for name in names:
+        sm.create_transform_job(**_job(name, "linear", inp.as_uri() + "/", (tmp_path / name).as_uri() + "/"))
+    jobs = [_wait(sm, name) for name in names]
+    assert [j["TransformJobStatus"] for j in jobs] == ["Completed"] * 6
+    reference = {p.name: p.read_bytes() for p in sorted((tmp_path / names[0]).glob("*.out"))}
+    assert len(reference) == 3
+    for name in names[1:]:
+        assert {p.name: p.read_bytes() for p in sorted((tmp_path / name).glob("*.out"))} == reference
+    # Each job's [start, end] lies inside one worker's turn, so no instant sees more than two.
+    spans = [(j["TransformStartTime"], j["TransformEndTime"]) for j in jobs]
+    for start, _end in spans:
+        assert sum(1 for s, e in spans if s <= start < e) <= 2
+    statuses = sm.list_transform_jobs(StatusEquals="Completed", MaxResults=100)["TransformJobSummaries"]
+    assert sorted(s["TransformJobName"] for s in statuses) == names
