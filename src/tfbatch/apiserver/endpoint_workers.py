@@ -257,10 +257,9 @@ class LogBuffer:
     A serve process logs a line per request; one committed (fsynced) SQLite write per line
     would cost every invocation a disk flush on the API server."""
 
-    INTERVAL_S = 0.5
-
-    def __init__(self, state: Any):
+    def __init__(self, state: Any, interval_s: float = 0.5):
         self.state = state
+        self.interval_s = interval_s
         self._pending: dict[tuple[str, str], list[tuple[int, str]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -281,7 +280,7 @@ class LogBuffer:
                 log.debug("could not write %d log lines of %s", len(events), stream)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.INTERVAL_S):
+        while not self._stop.wait(self.interval_s):
             self.flush()
 
     def close(self) -> None:

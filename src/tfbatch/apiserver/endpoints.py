@@ -89,6 +89,16 @@ def describe_endpoint_config(ctx: Context, params: dict) -> dict:
     return public(doc)
 
 
+@operation("sagemaker", "ListEndpointConfigs")
+def list_endpoint_configs(ctx: Context, params: dict) -> dict:
+    items, token = page(ctx.state.list(ENDPOINT_CONFIG), params, name_key="EndpointConfigName")
+    out: dict[str, Any] = {"EndpointConfigs": [
+        {k: d[k] for k in ("EndpointConfigName", "EndpointConfigArn", "CreationTime")} for d in items]}
+    if token:
+        out["NextToken"] = token
+    return out
+
+
 @operation("sagemaker", "DeleteEndpointConfig")
 def delete_endpoint_config(ctx: Context, params: dict) -> dict:
     # AWS lets a config be deleted while endpoints use it (they keep running); so does this.

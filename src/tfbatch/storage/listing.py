@@ -40,7 +40,8 @@ def list_prefix(
 
     S3 and other remote stores: a plain string prefix, so ``s3://b/data/img`` matches
     ``data/img1.jpg`` and ``data/img/a.jpg``. Keys are relative to the prefix's folder part
-    (``img1.jpg``, ``img/a.jpg``). Local paths: an existing folder lists everything below
+    (``img1.jpg``, ``img/a.jpg``); on S3, a prefix that matches only the folder ``img/`` is
+    that folder (keys ``a.jpg``), as SageMaker names outputs. Local paths: an existing folder lists everything below
     it (keys relative to it); anything else is a file-name prefix within its parent folder.
     Keys ending in '/' (folder markers made by consoles) are skipped. Local symbolic links
     follow the policy of :mod:`tfbatch.storage.local_walk` (folder links only with
@@ -77,7 +78,30 @@ def iter_pages(prefix_uri: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterat
         yield page
 
 
+def _names_only_a_folder(prefix_uri: str) -> bool:
+    """Whether ``s3://b/data/jpg`` (no trailing '/') matches nothing but the folder ``jpg/``.
+
+    Then it is listed as that folder, with keys relative to it, as an existing local folder
+    is, and as SageMaker names a job's outputs: the seed-000 notebook reads
+    ``{output_path}/<id>.jpg.out`` for its input prefix ``.../open-images/jpg``. A prefix that
+    also matches other names (``img1.jpg`` beside ``img/``) stays a name prefix. One
+    delimited ListObjectsV2 call of at most two entries decides."""
+    bucket, key_prefix = split_s3(prefix_uri)
+    if not key_prefix or key_prefix.endswith("/"):
+        return False
+    fs, _ = get_fs(prefix_uri)
+    try:
+        resp = retry(lambda: fs.call_s3("list_objects_v2", Bucket=bucket, Prefix=key_prefix, Delimiter="/",
+                                        MaxKeys=2))
+    except FileNotFoundError:
+        return False  # the listing itself reports the missing bucket
+    folders = [p.get("Prefix") for p in resp.get("CommonPrefixes", [])]
+    return not resp.get("Contents") and folders == [key_prefix + "/"] and not resp.get("IsTruncated")
+
+
 def _s3_pages(prefix_uri: str, page_size: int) -> Iterator[list[ObjectRef]]:
+    if _names_only_a_folder(prefix_uri):
+        prefix_uri += "/"
     fs, _ = get_fs(prefix_uri)
     bucket, key_prefix = split_s3(prefix_uri)
     folder = dirname_prefix(prefix_uri)

@@ -295,3 +295,30 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_delete_while_creating_leaves_no_process(api, sm, artifacts):
+    _model(sm, "gone-m", artifacts["seed0"])
+    _config(sm, "gone-c", "gone-m")
+    sm.create_endpoint(EndpointName="gone", EndpointConfigName="gone-c")
+    sm.delete_endpoint(EndpointName="gone")
+    sm.get_waiter("endpoint_deleted").wait(EndpointName="gone", WaiterConfig=FAST)
+    # The process that was starting is stopped once it notices; the deadline is a failure guard.
+    run_dir = str(api.state_dir / "endpoints" / "gone")
+    deadline = time.monotonic() + 120
+    while _processes_under(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_under(run_dir) == []
+
+
+def _processes_under(run_dir: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
+            except OSError:
+                continue
+            if run_dir in cmdline and not _is_zombie(int(entry.name)):
+                found.append(int(entry.name))
+    return found

@@ -221,3 +221,17 @@ def test_empty_manifest_lists_nothing(tmp_path):
     path = tmp_path / "m.json"
     path.write_text('[{"prefix": "s3://b/p/"}]')
     assert read_manifest(str(path)) == ("s3://b/p/", [])
+
+
+def test_s3_prefix_matching_only_a_folder_is_that_folder(s3_server, s3_bucket):
+    """The seed-000 notebook's input ``.../open-images/jpg`` (no '/'): outputs are read back as
+    ``{output_path}/<id>.jpg.out``, so the keys are relative to the folder, as for a local one."""
+    s3 = s3_server.client()
+    for key in ("data/jpg/a.jpg", "data/jpg/b/c.jpg", "data/other.jpg"):
+        s3.put_object(Bucket=s3_bucket, Key=key, Body=b"x")
+    refs = list(list_prefix(f"s3://{s3_bucket}/data/jpg"))
+    assert [r.key for r in refs] == ["a.jpg", "b/c.jpg"]
+    assert refs[0].uri == f"s3://{s3_bucket}/data/jpg/a.jpg"
+    # A name that also matches a sibling object stays a plain name prefix.
+    s3.put_object(Bucket=s3_bucket, Key="data/jpg1.png", Body=b"x")
+    assert [r.key for r in list_prefix(f"s3://{s3_bucket}/data/jpg")] == ["jpg/a.jpg", "jpg/b/c.jpg", "jpg1.png"]
