@@ -49,6 +49,7 @@ log = logging.getLogger("tfbatch.apiserver.console")
 
 TOKEN_FILE = "console-token"
 METRICS_TIMEOUT_S = 1.0
+MIN_SCRAPE_GAP_S = 1.0
 REPORTS_KEPT = 256
 
 
@@ -59,7 +60,7 @@ class ApiConsoleSource:
         self.state = state
         self.components = components
         self._reports: dict[str, dict] = {}  # final jobs' report.json, read once
-        self._scrapes: dict[str, Any] = {}  # instance id -> its last metrics scrape
+        self._scrapes: dict[str, Any] = {}  # instance id -> (its last metrics scrape, what it showed)
         self._lock = threading.Lock()
 
     # ---- jobs ----------------------------------------------------------------------
@@ -163,15 +164,18 @@ class ApiConsoleSource:
     # ---- endpoints and models ------------------------------------------------------
 
     def endpoints(self) -> list[EndpointRow]:
-        rows = []
+        rows, seen = [], set()
         for doc in sorted(self.state.list("endpoint"), key=lambda d: d.get("CreationTime") or 0, reverse=True):
             config = self.state.get("endpoint-config", doc.get("EndpointConfigName", "")) or {}
             models = ", ".join(v.get("ModelName", "?") for v in config.get("ProductionVariants", []))
             rows.append(EndpointRow(doc["EndpointName"], doc.get("EndpointStatus", "?"), models,
-                                    doc.get("CreationTime"), workers=self._workers(doc["EndpointName"])))
+                                    doc.get("CreationTime"), workers=self._workers(doc["EndpointName"], seen)))
+        with self._lock:  # forget processes that are gone (an update replaces them all)
+            for gone in set(self._scrapes) - seen:
+                del self._scrapes[gone]
         return rows
 
-    def _workers(self, endpoint: str) -> list[WorkerStats]:
+    def _workers(self, endpoint: str, seen: set[str]) -> list[WorkerStats]:
         from tfbatch.console.promstats import parse_scrape, worker_stats
 
         workers = self.components.get("endpoints")
@@ -184,18 +188,24 @@ class ApiConsoleSource:
             procs = [(v.name, p) for v in route.variants for p in v.processes] if route else []
         out = []
         for variant, proc in procs:
+            seen.add(proc.instance_id)
             label = f"{variant} {proc.instance_id}"
+            now = time.monotonic()
+            with self._lock:
+                before, shown = self._scrapes.get(proc.instance_id, (None, None))
+            if before is not None and shown is not None and now - before.at < MIN_SCRAPE_GAP_S:
+                out.append(shown)  # several open pages poll: one scrape a second serves them all
+                continue
             try:
-                text = _get(f"{proc.url}/metrics")
-                scrape = parse_scrape(text, time.monotonic())
+                scrape = parse_scrape(_get(f"{proc.url}/metrics"), now)
             except Exception as exc:  # a process starting or stopping: shown, not fatal to the page
                 log.debug("metrics of %s: %s", label, exc)
                 out.append(WorkerStats(label + " (no metrics)"))
                 continue
+            stats = worker_stats(label, scrape, before)
             with self._lock:
-                before = self._scrapes.get(proc.instance_id)
-                self._scrapes[proc.instance_id] = scrape
-            out.append(worker_stats(label, scrape, before))
+                self._scrapes[proc.instance_id] = (scrape, stats)
+            out.append(stats)
         return out
 
     def models(self) -> list[ModelRow]:
