@@ -94,7 +94,17 @@ def test_console_signs_in_with_its_own_token_and_shows_jobs_and_endpoints(api_se
         row = page.locator("tr[data-endpoint='console-ep']").first
         cells = row.locator("td").all_inner_texts()
         assert cells[1] == "InService" and cells[2] == "linear"
-        assert cells[4] != "—" and cells[8] == "20" and cells[9] == "0", cells  # P50 ms, requests, errors
+        assert cells[6] != "—" and cells[8] == "20" and cells[9] == "0", cells  # P50 ms, requests, errors
+        assert cells[4].startswith("AllTraffic i-")  # the variant and its instance
+        # More traffic: the page (polling) shows it by itself, with a rate since its last look.
+        for _ in range(10):
+            runtime.invoke_endpoint(EndpointName="console-ep", ContentType="application/json",
+                                    Body=json.dumps({"instances": [[1.0, 2.0, 3.0]]}))
+        page.wait_for_function(
+            "() => { const c = document.querySelectorAll(\"tr[data-endpoint='console-ep'] td\");"
+            " return c.length > 9 && c[8].textContent === '30'; }", timeout=60_000)
+        cells = page.locator("tr[data-endpoint='console-ep']").first.locator("td").all_inner_texts()
+        assert float(cells[5]) > 0, cells  # requests/s between the two scrapes
         assert "linear" in page.goto(f"{api.url}/console/models").text()
         page.goto(f"{api.url}/console/endpoints")
         page.screenshot(path=str(tmp_path / "api-endpoints.png"), full_page=True)
