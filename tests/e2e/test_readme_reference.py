@@ -199,7 +199,8 @@ def test_api_runs_a_boto3_transform_job_then_stops_on_sigterm(workdir):
     images.mkdir()
     for png in sorted((workdir / "eval").glob("*.png"))[:12]:
         shutil.copy(png, images / png.name)
-    creds = {"AWS_ACCESS_KEY_ID": "AKIDREADME", "AWS_SECRET_ACCESS_KEY": "readme-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+    creds = {"AWS_ACCESS_KEY_ID": "AKIDREADME", "AWS_SECRET_ACCESS_KEY": "readme-secret",
+             "AWS_DEFAULT_REGION": "us-east-1"}
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **creds}
     log = open(workdir / "api.log", "w")
     proc = subprocess.Popen([*tfbatch_executable(), *command.words[1:], *flags], cwd=workdir, env=env,

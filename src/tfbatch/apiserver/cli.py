@@ -20,8 +20,9 @@ def add_api_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address for --engine ray")
     p.add_argument("--max-concurrent-jobs", type=int, default=2,
                    help="transform jobs running at once; later ones wait InProgress (default 2)")
-    p.add_argument("--no-preload", dest="preload", action="store_false",
-                   help="do not import TensorFlow at start-up (the first local job then imports it)")
+    p.add_argument("--max-jobs-in-progress", type=int, default=100,
+                   help="jobs running or queued at most; CreateTransformJob beyond it is ResourceLimitExceeded "
+                   "(default 100)")
     p.add_argument("--region", default=None, help="region in ARNs (default: AWS_REGION, else us-east-1)")
     p.add_argument("--credentials-file", default=None,
                    help="file of 'ACCESS_KEY_ID SECRET' lines accepted for SigV4; default: the server's "
@@ -49,7 +50,8 @@ def config_from_args(args: argparse.Namespace):
     from tfbatch.apiserver.config import ApiConfig
 
     return ApiConfig(host=args.host, port=args.port, state_dir=Path(args.state_dir).resolve(), engine=args.engine,
-                     ray_address=args.ray_address, max_concurrent_jobs=args.max_concurrent_jobs, preload=args.preload,
+                     ray_address=args.ray_address, max_concurrent_jobs=args.max_concurrent_jobs,
+                     max_jobs_in_progress=args.max_jobs_in_progress,
                      region=args.region or ApiConfig.region_from_env(),
                      credentials=_read_credentials(args.credentials_file))
 

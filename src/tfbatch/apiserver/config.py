@@ -21,8 +21,9 @@ class ApiConfig:
     ray_address: str | None = None
     # Jobs running at once; more wait InProgress in the queue (SageMaker also queues them).
     max_concurrent_jobs: int = 2
-    # Import TensorFlow at start-up (local engine), so the first job does not wait for it.
-    preload: bool = True
+    # Jobs InProgress or Stopping (running or queued) at most; one more is ResourceLimitExceeded,
+    # as AWS answers past an account's transform job quota.
+    max_jobs_in_progress: int = 100
     region: str = "us-east-1"
     account_id: str = DEFAULT_ACCOUNT
     # (access key id, secret) pairs accepted for SigV4; empty: the server's own credentials.
@@ -36,6 +37,8 @@ class ApiConfig:
             raise ConfigError(f"--engine must be local or ray, got {self.engine!r}")
         if self.max_concurrent_jobs < 1:
             raise ConfigError(f"--max-concurrent-jobs must be at least 1, got {self.max_concurrent_jobs}")
+        if self.max_jobs_in_progress < 1:
+            raise ConfigError(f"--max-jobs-in-progress must be at least 1, got {self.max_jobs_in_progress}")
         if not (len(self.account_id) == 12 and self.account_id.isdigit()):
             raise ConfigError(f"account id must be 12 digits, got {self.account_id!r}")
 

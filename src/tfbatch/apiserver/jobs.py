@@ -16,7 +16,7 @@ from tfbatch.apiserver.jobspec import spec_for_job
 from tfbatch.apiserver.listing import page
 from tfbatch.apiserver.protocol import ApiError, validation
 from tfbatch.apiserver.registry import Context, operation
-from tfbatch.apiserver.runner import KIND
+from tfbatch.apiserver.runner import ACTIVE, KIND
 
 # The request members kept in the Describe answer as given.
 _ECHOED = ("TransformJobName", "ModelName", "MaxConcurrentTransforms", "ModelClientConfig", "MaxPayloadInMB",
@@ -42,9 +42,15 @@ def create_transform_job(ctx: Context, params: dict) -> dict:
     doc.setdefault("TransformResources", {}).setdefault("InstanceCount", 1)
     doc.setdefault("MaxPayloadInMB", 6)
     doc.setdefault("BatchStrategy", "SingleRecord")
-    if not ctx.state.insert(KIND, name, arn, doc, created=now):
-        raise ApiError("ResourceInUse", f"Job name must be unique within an AWS account and region, and a job "
-                       f"with this name already exists ({arn})")
+    with ctx.state.transaction():  # count and insert as one step: two creates cannot both pass the cap
+        active = sum(1 for job in ctx.state.list(KIND) if job["TransformJobStatus"] in ACTIVE)
+        if active >= ctx.config.max_jobs_in_progress:
+            raise ApiError("ResourceLimitExceeded", f"{active} transform jobs are in progress, the most this "
+                           f"server takes (--max-jobs-in-progress {ctx.config.max_jobs_in_progress}); wait for one "
+                           "to end")
+        if not ctx.state.insert(KIND, name, arn, doc, created=now):
+            raise ApiError("ResourceInUse", f"Job name must be unique within an AWS account and region, and a job "
+                           f"with this name already exists ({arn})")
     if params.get("Tags"):
         ctx.state.set_tags(arn, {t["Key"]: t["Value"] for t in params["Tags"]})
     ctx.components["jobs"].submit(name)

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from tfbatch.apiserver.progress import JobLog, JobStats
+from tfbatch.apiserver.protocol import ApiError
 from tfbatch.apiserver.registry import component
 
 log = logging.getLogger("tfbatch.apiserver.jobs")
@@ -67,8 +68,9 @@ class _StoppableEngine:
 
 
 class _Run:
-    def __init__(self, name: str):
+    def __init__(self, name: str, resumed: bool = False):
         self.name = name
+        self.resumed = resumed  # queued again after a restart: its ledger has finished objects
         self.stop = threading.Event()
         self.engine: _StoppableEngine | None = None
         self.stats: JobStats | None = None
@@ -92,17 +94,12 @@ class JobQueue:
         self._resume_interrupted()
         for t in self.threads:
             t.start()
-        if config.engine == "local" and config.preload:
-            # A local job runs its model in this process: import TensorFlow now, while the server
-            # idles, so the first CreateTransformJob does not pay seconds of import time.
-            threading.Thread(target=_preload, daemon=True, name="preload-tensorflow").start()
 
     # ---- what handlers call --------------------------------------------------------
 
     def submit(self, name: str, resumed: bool = False) -> None:
         with self.lock:
-            run = self.runs[name.lower()] = _Run(name)
-            run.resumed = resumed  # type: ignore[attr-defined]
+            self.runs[name.lower()] = _Run(name, resumed)
         self.queue.put(name)
 
     def stop(self, name: str) -> None:
@@ -159,9 +156,9 @@ class JobQueue:
                 continue
             try:
                 self._run(run)
-            except Exception:  # noqa: BLE001 - a job's fault must not end the worker thread
+            except Exception as exc:  # noqa: BLE001 - a job's fault must not end the worker thread
                 log.exception("transform job %s: unexpected failure", name)
-                self._finish(name, "Failed", "InternalServerError: unexpected failure in tfbatch api (see its log)")
+                self._finish(name, "Failed", f"InternalServerError: {type(exc).__name__}: {exc}")
             finally:
                 with self.lock:
                     if self.runs.get(name.lower()) is run:
@@ -170,43 +167,42 @@ class JobQueue:
     def _run(self, run: _Run) -> None:
         from tfbatch.api import run_transform
         from tfbatch.apiserver.jobspec import spec_for_job
-        from tfbatch.engines import get_engine
         from tfbatch.errors import ConfigError, TfbatchError
 
         doc = self.state.get(KIND, run.name)
-        if doc is None or doc["TransformJobStatus"] != "InProgress":
+        if self.closing or doc is None:
+            return  # shutting down: a queued job stays InProgress and runs after the next start
+        if doc["TransformJobStatus"] == "Stopping" or run.stop.is_set():
+            self._finish(run.name, "Stopped", None)  # stopped while it waited in the queue
             return
-        if run.stop.is_set():
-            self._finish(run.name, "Stopped", None)
+        if doc["TransformJobStatus"] != "InProgress":
             return
         started = time.time()
         self.state.update(KIND, run.name, TransformStartTime=doc.get("TransformStartTime", started),
                           LastModifiedTime=started)
         instances = doc.get("TransformResources", {}).get("InstanceCount", 1)
         job_log = JobLog(self.state, run.name, instances, started)
-        earlier = self.state.progress(run.name.lower()) if getattr(run, "resumed", False) else None
+        earlier = self.state.progress(run.name.lower()) if run.resumed else None
         run.stats = JobStats(self.state, run.name.lower(), instances, job_log, earlier=earlier)
         try:
             model = self.state.get("model", doc["ModelName"])
             if model is None:
                 raise ConfigError(f"model {doc['ModelName']!r} was deleted before the job started")
-            spec = spec_for_job(doc, model, resumed=getattr(run, "resumed", False))
-            options = {"address": self.config.ray_address} if self.config.engine == "ray" else {}
-            run.engine = _StoppableEngine(get_engine(self.config.engine, **options), run.stop)
+            spec = spec_for_job(doc, model, resumed=run.resumed)
+            run.engine = _StoppableEngine(self._engine(), run.stop)
             if run.stop.is_set():
                 run.engine.wake.set()
             job_log.write(f"tfbatch transform job {run.name}: model {spec.model}, input "
                           f"{spec.input or spec.manifest}, output {spec.output}, {spec.instance_count} instance(s), "
                           f"engine {self.config.engine}" + (" (resumed from its ledger)" if spec.resume and
-                                                            getattr(run, "resumed", False) else ""))
+                                                            run.resumed else ""))
             for i in range(len(job_log.streams)):
                 job_log.write(f"instance {i + 1} of {len(job_log.streams)}: starting", i)
             report = run_transform(spec, engine=run.engine, progress=run.stats)
-        except TfbatchError as exc:
+        except (TfbatchError, ApiError) as exc:
             if self.closing:
                 return
-            kind = "ClientError" if isinstance(exc, ConfigError) or getattr(exc, "status", 500) < 500 else \
-                "InternalServerError"
+            kind = "ClientError" if isinstance(exc, (ApiError, *_client_errors())) else "InternalServerError"
             job_log.write(f"job failed: {exc}")
             run.stats.save()
             self._finish(run.name, "Failed", f"{kind}: {exc}")
@@ -228,6 +224,17 @@ class JobQueue:
         else:
             self._finish(run.name, "Failed", _reason(report))
 
+    def _engine(self) -> Any:
+        from tfbatch.engines import get_engine
+
+        if self.config.engine == "local":
+            from tfbatch.engines.local import LocalEngine
+
+            # Each job in worker processes of its own: jobs run side by side, and endpoints are
+            # started from this process, so no job's environment may leak into it.
+            return LocalEngine(isolated=True)
+        return get_engine(self.config.engine, address=self.config.ray_address)
+
     def _finish(self, name: str, status: str, reason: str | None) -> None:
         now = time.time()
         fields: dict[str, Any] = {"TransformJobStatus": status, "TransformEndTime": now, "LastModifiedTime": now}
@@ -236,19 +243,25 @@ class JobQueue:
         self.state.update(KIND, name, **fields)
 
 
-def _preload() -> None:
-    try:
-        import tfbatch.api  # noqa: F401 - the job path, imported once
-        from tfbatch.runtime.tf_import import import_tensorflow
+def _client_errors() -> tuple[type, ...]:
+    """What AWS calls a ClientError (the user's artifact, script, job or data): the errors for
+    which ``tfbatch transform`` exits with status 2, and their subclasses."""
+    from tfbatch.errors import ArtifactError, ConfigError, DependencyMissing, HandlerError, InvalidInput, NotFound
 
-        import_tensorflow()
-    except Exception:  # noqa: BLE001 - only a head start; the first job imports (and reports) it again
-        log.debug("preloading TensorFlow failed", exc_info=True)
+    found, todo = [], [ConfigError, InvalidInput, NotFound, ArtifactError, DependencyMissing, HandlerError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return tuple(found)
 
 
 def _reason(report: Any) -> str:
     if report.fatal:
-        return "InternalServerError: " + "; ".join(report.fatal)
+        # An instance's fatal error arrives as text ("instance 0: ArtifactError: ...").
+        text = "; ".join(report.fatal)
+        client = any(f"{cls.__name__}: " in text for cls in _client_errors())
+        return ("ClientError: " if client else "InternalServerError: ") + text
     if report.stopped:
         return "ClientError: " + report.stopped
     first = report.errors[0]["error"] if report.errors else "see the error report"

@@ -54,15 +54,22 @@ def job_inputs(spec: TransformSpec) -> JobInputs:
 
 @dataclass(frozen=True)
 class LocalEngine:
-    """Implements ``tfbatch.transform.Engine``; the spec's ``instance_count`` is all it needs."""
+    """Implements ``tfbatch.transform.Engine``; the spec's ``instance_count`` is all it needs.
+
+    ``isolated``: run a one-instance job in a spawned worker process too, as N-instance jobs
+    run, so the job's container environment (``Environment``, ``SAGEMAKER_*``), its TensorFlow
+    settings and its model never enter the calling process: ``tfbatch api`` runs many jobs at
+    once, and starts endpoints, from one process.
+    """
 
     name: ClassVar[str] = "local"
+    isolated: bool = False
 
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
         devices = gpu_plan(spec)
         inputs = inputs if inputs is not None else job_inputs(spec)
-        if spec.instance_count == 1:
+        if spec.instance_count == 1 and not self.isolated:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
                 os.environ.update(instance_env(devices[0]))
             summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs))

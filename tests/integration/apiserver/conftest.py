@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tfbatch.ports import free_ports
-from tfbatch.testing.models import make_linear_model, make_slow_model
+from tfbatch.testing.models import make_failing_model, make_linear_model, make_slow_model
 
 
 
@@ -77,6 +77,13 @@ class ApiServer:
 def api_linear_model(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("api-linear")
     make_linear_model(root / "1")
+    return root
+
+
+@pytest.fixture(scope="session")
+def api_failing_model(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("api-failing")
+    make_failing_model(root / "1")
     return root
 
 

@@ -31,9 +31,13 @@ def _job(name: str, model: str, input_uri: str, output_uri: str, **extra) -> dic
     return request
 
 
-def _wait(sm, name: str) -> dict:
-    sm.get_waiter("transform_job_completed_or_stopped").wait(
-        TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+def _wait(sm, name: str, fails: bool = False) -> dict:
+    waiter = sm.get_waiter("transform_job_completed_or_stopped")
+    if fails:  # the waiter's failure state is Failed: it raises, as against AWS
+        with pytest.raises(botocore.exceptions.WaiterError, match="Failed"):
+            waiter.wait(TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
+    else:
+        waiter.wait(TransformJobName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 600})
     return sm.describe_transform_job(TransformJobName=name)
 
 
@@ -275,3 +279,115 @@ def test_queue_runs_at_most_max_concurrent_jobs_and_loses_none(make_api_server, 
         assert sum(1 for s, e in spans if s <= start < e) <= 2
     statuses = sm.list_transform_jobs(StatusEquals="Completed", MaxResults=100)["TransformJobSummaries"]
     assert sorted(s["TransformJobName"] for s in statuses) == names
+
+
+def test_jobs_past_the_in_progress_cap_get_resource_limit_exceeded(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-jobs-in-progress", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("first", inp, tmp_path / "out1"))
+    err = _error(lambda: sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2")))
+    assert err["Code"] == "ResourceLimitExceeded" and "--max-jobs-in-progress 1" in err["Message"]
+    sm.stop_transform_job(TransformJobName="first")
+    assert _wait(sm, "first")["TransformJobStatus"] == "Stopped"
+    sm.create_transform_job(**_slow_job("second", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="second")
+    assert _wait(sm, "second")["TransformJobStatus"] == "Stopped"
+    err = _error(lambda: sm.describe_transform_job(TransformJobName="third"))
+    assert err["Code"] == "ValidationException"
+
+
+def test_a_job_stopped_while_queued_ends_stopped_without_running(make_api_server, tmp_path, api_slow_model):
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "1").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
+    inp = tmp_path / "in"
+    _slow_inputs(inp, 20)
+    sm.create_transform_job(**_slow_job("running", inp, tmp_path / "out1"))
+    sm.create_transform_job(**_slow_job("queued", inp, tmp_path / "out2"))
+    sm.stop_transform_job(TransformJobName="queued")
+    sm.stop_transform_job(TransformJobName="running")
+    assert _wait(sm, "running")["TransformJobStatus"] == "Stopped"
+    queued = _wait(sm, "queued")
+    assert queued["TransformJobStatus"] == "Stopped" and "TransformStartTime" not in queued
+    assert not (tmp_path / "out2").exists()
+
+
+def test_failed_records_fail_the_job_as_on_aws_but_keep_the_good_outputs(api_server, tmp_path,
+                                                                          api_failing_model):
+    sm = api_server.client("sagemaker")
+    sm.create_model(ModelName="picky", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_failing_model.as_uri()))
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    for i in range(4):
+        sign = -1 if i == 2 else 1
+        (inp / f"p{i}.jsonl").write_text(json.dumps([sign * 1.0, 2.0]) + "\n")
+    sm.create_transform_job(**_job("picky-job", "picky", inp.as_uri() + "/", out.as_uri() + "/"))
+    described = _wait(sm, "picky-job", fails=True)
+    assert described["TransformJobStatus"] == "Failed"
+    assert described["FailureReason"].startswith("ClientError: 1 of 4 objects had records that failed")
+    assert "negative input" in described["FailureReason"] and "errors.jsonl" in described["FailureReason"]
+    answered = sorted(p.name for p in out.glob("*.out") if "predictions" in p.read_text())
+    assert answered == ["p0.jsonl.out", "p1.jsonl.out", "p3.jsonl.out"]
+    lines = [e["message"] for e in api_server.client("logs").filter_log_events(
+        logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix="picky-job/")["events"]]
+    assert any(line.startswith("p2.jsonl: 1 of 1 records failed") for line in lines), lines
+
+    # An artifact that is not there fails the job with a ClientError naming it.
+    sm.create_model(ModelName="gone", ExecutionRoleArn=ROLE,
+                    PrimaryContainer=_container((tmp_path / "no-such-model").as_uri()))
+    sm.create_transform_job(**_job("gone-job", "gone", inp.as_uri() + "/", (tmp_path / "out2").as_uri() + "/"))
+    described = _wait(sm, "gone-job", fails=True)
+    assert described["TransformJobStatus"] == "Failed"
+    assert described["FailureReason"].startswith("ClientError") and "no-such-model" in described["FailureReason"]
+
+
+ENV_SCRIPT = '''
+import json
+import os
+
+
+def input_handler(data, context):
+    return json.dumps({"instances": [json.loads(data.read())]})
+
+
+def output_handler(response, context):
+    seen = {k: os.environ.get(k) for k in ("TFBATCH_TEST_MARKER", "SAGEMAKER_BATCH")}
+    return json.dumps(seen), "application/json"
+'''
+
+
+def test_each_job_sees_only_its_own_environment(make_api_server, tmp_path, api_linear_model):
+    from tfbatch.artifact import package
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text(ENV_SCRIPT)
+    archive = package([str(api_linear_model)], tmp_path / "model.tar.gz", code_dir=code)
+    server = make_api_server(tmp_path / "state", "--max-concurrent-jobs", "2").start()
+    sm = server.client("sagemaker")
+    sm.create_model(ModelName="env", ExecutionRoleArn=ROLE, PrimaryContainer=_container(archive.as_uri()))
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "row.json").write_text(json.dumps([1.0, 2.0, 3.0]))
+
+    def job(name: str, **extra) -> dict:
+        request = _job(name, "env", inp.as_uri() + "/", (tmp_path / name).as_uri() + "/", **extra)
+        request["TransformInput"]["SplitType"] = "None"
+        return request
+
+    sm.create_transform_job(**job("job-a", Environment={"TFBATCH_TEST_MARKER": "a"}))
+    sm.create_transform_job(**job("job-b", Environment={"TFBATCH_TEST_MARKER": "b"}))
+    seen = {}
+    for name in ("job-a", "job-b"):
+        assert _wait(sm, name)["TransformJobStatus"] == "Completed"
+        seen[name] = json.loads((tmp_path / name / "row.json.out").read_text())
+    assert seen == {"job-a": {"TFBATCH_TEST_MARKER": "a", "SAGEMAKER_BATCH": "true"},
+                    "job-b": {"TFBATCH_TEST_MARKER": "b", "SAGEMAKER_BATCH": "true"}}
+    # Nothing of theirs stayed in the server's environment, which later jobs' workers inherit.
+    sm.create_transform_job(**job("job-c"))
+    assert _wait(sm, "job-c")["TransformJobStatus"] == "Completed"
+    assert json.loads((tmp_path / "job-c" / "row.json.out").read_text()) == {
+        "TFBATCH_TEST_MARKER": None, "SAGEMAKER_BATCH": "true"}
