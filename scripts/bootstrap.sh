@@ -16,6 +16,17 @@ if [ -z "$device" ]; then
 fi
 tf_req="$root/requirements/tf-$device.txt"
 
+# The console's browser tests drive Debian's Chromium through Playwright (whose own browser
+# download is not reachable here): installed once, only when missing (TFBATCH_NO_BROWSER=1 skips).
+if [ "${TFBATCH_NO_BROWSER:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  as_root=()
+  [ "$(id -u)" = 0 ] || as_root=(sudo -n)
+  echo "[bootstrap] installing chromium (browser tests of the console)" >&2
+  "${as_root[@]}" apt-get install -y -q chromium >/dev/null 2>&1 \
+    || { "${as_root[@]}" apt-get update -q >/dev/null && "${as_root[@]}" apt-get install -y -q chromium >/dev/null; } \
+    || echo "[bootstrap] could not install chromium; the console's browser tests will say so" >&2
+fi
+
 stamp="$venv/.tfbatch-installed"
 want="$(cat "$lock" "$root/requirements/runtime.txt" "$root/requirements/no-deps.txt" "$tf_req" pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

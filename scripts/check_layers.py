@@ -34,7 +34,7 @@ LAYERS: dict[str, int] = {
     "serve": 11,
     "evaluate": 12, "train": 12,
     "testing": 13,
-    "api": 14,
+    "api": 14, "console": 14,
     "sdk": 15, "ray_data": 15, "pytest_plugin": 15, "demo": 15, "apiserver": 15,
     "cli": 16,
     "__main__": 17, "__init__": 17,

@@ -105,7 +105,13 @@ def _cmd_transform(args: argparse.Namespace) -> int:
         engine = get_engine("ray", address=args.ray_address, gpus_per_instance=args.gpus_per_instance or None)
     else:
         engine = get_engine(spec.engine)
-    report = run_transform(spec, engine=engine, progress=args.progress)
+    from tfbatch.console.static import StaticReport, spec_details
+
+    # The job's progress callback also feeds the console's aggregates, for report.html.
+    with StaticReport(name=spec.fingerprint(), instances=spec.instance_count, output=spec.output,
+                      details=spec_details(spec), progress=args.progress) as html_report:
+        report = run_transform(spec, engine=engine, progress=html_report.progress)
+    html_report.write(report)
     print(report.summary())
     return 0 if report.ok else 1
 

@@ -35,6 +35,7 @@ MODULES: tuple[str, ...] = (
     "tfbatch.apiserver.tags",
     "tfbatch.apiserver.endpoints",
     "tfbatch.apiserver.runtime",
+    "tfbatch.apiserver.console_source",
 )
 
 _OPERATIONS: dict[tuple[str, str], Handler] = {}
