@@ -62,7 +62,7 @@ class Ledger:
     def __init__(self, output: str, fingerprint: str, *, instance: int = 0, run: str | None = None,
                  group_size: int | None = None, interval_s: float | None = None):
         self.output = normalize(output)
-        self.root = join(output, FOLDER)
+        self.root = join(self.output, FOLDER)
         self.fingerprint = fingerprint
         self.folder = join(self.root, f"ledger/{fingerprint}/")
         self.report_uri = join(self.root, "report.json")

@@ -148,3 +148,13 @@ def test_wait_lock_waits_until_the_holder_releases(tmp_path):
 
     with OutputLock(str(tmp_path), wait=True, sleep=sleep):
         assert len(waits) == 2
+
+
+def test_file_uri_output_keeps_the_ledger_beside_the_outputs(tmp_path, monkeypatch):
+    """A ``file://`` output prefix puts ``_tfbatch/`` in that folder, not under ``./file:`` in the cwd."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    ledger = Ledger(f"file://{out}", "fp")
+    assert ledger.root.startswith(str(out) + "/")
+    assert ledger.report_uri == f"{out}/_tfbatch/report.json"
+    assert not (tmp_path / "file:").exists()
