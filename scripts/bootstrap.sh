@@ -27,6 +27,10 @@ if [ "${TFBATCH_NO_BROWSER:-}" != 1 ] && ! command -v chromium >/dev/null 2>&1 &
     || echo "[bootstrap] could not install chromium; the console's browser tests will say so" >&2
 fi
 
+# The SageMaker Python SDK v2 lives in a venv of its own (its pins clash with ours); the e2e test
+# of the seed notebook runs in it. Idempotent (stamp), so set-up stays out of the timed tests.
+bash "$root/scripts/sagemaker_venv.sh"
+
 stamp="$venv/.tfbatch-installed"
 want="$(cat "$lock" "$root/requirements/runtime.txt" "$root/requirements/no-deps.txt" "$tf_req" pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
