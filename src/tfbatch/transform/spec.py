@@ -103,6 +103,15 @@ class TransformSpec(BaseModel):
             raise ValueError("give exactly one of input (a prefix) or manifest (a ManifestFile)")
         if self.input:
             _check_output_apart(self.input, self.output)
+        if "max_batch_size" not in self.model_fields_set and "SAGEMAKER_TFS_MAX_BATCH_SIZE" in self.env:
+            # The job's Environment names a batch size, as for SageMaker's TFS container: honour it
+            # as if it were the flag (fixed, not tuned).
+            raw = self.env["SAGEMAKER_TFS_MAX_BATCH_SIZE"]
+            if not raw.strip().isdigit() or int(raw) < 1:
+                raise ValueError(f"Environment SAGEMAKER_TFS_MAX_BATCH_SIZE={raw!r}: expected a whole number >= 1")
+            self.max_batch_size = int(raw)
+            if self.autotune is None:
+                self.autotune = False
         if self.autotune is None:
             self.autotune = "max_batch_size" not in self.model_fields_set
         return self

@@ -328,7 +328,7 @@ def _processes_under(run_dir: str) -> list[int]:
 
 
 def test_endpoints_past_the_limit_are_resource_limit_exceeded(tmp_path):
-    server = ApiServer(tmp_path / "state", CREDENTIALS, "--max-endpoints", "1", "--no-preload").start()
+    server = ApiServer(tmp_path / "state", CREDENTIALS, "--max-endpoints", "1").start()
     try:
         sm = server.client("sagemaker")
         (tmp_path / "empty").mkdir()  # a model that fails at once: the limit counts endpoints, not healthy ones

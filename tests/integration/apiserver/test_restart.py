@@ -22,6 +22,9 @@ def _poll(condition, what: str, limit_s: float = 180.0):
 def _job(name: str, inp, out) -> dict:
     return {
         "TransformJobName": name, "ModelName": "slow", "MaxConcurrentTransforms": 1,
+        # one row per model call (0.25 s each), as SageMaker's TFS container reads it: the job
+        # lasts long enough to be interrupted midway
+        "Environment": {"SAGEMAKER_TFS_MAX_BATCH_SIZE": "1"},
         "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": inp.as_uri() + "/"}},
                            "ContentType": "application/json", "SplitType": "Line"},
         "TransformOutput": {"S3OutputPath": out.as_uri() + "/", "AssembleWith": "Line"},

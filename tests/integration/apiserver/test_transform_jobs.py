@@ -229,7 +229,8 @@ def _poll(condition, what: str, limit_s: float = 180.0):
 
 def _slow_job(name: str, inp: Path, out: Path) -> dict:
     # One row per model batch at 0.25 s each, one request at a time: ~0.5 s per object.
-    return _job(name, "slow", inp.as_uri() + "/", out.as_uri() + "/", MaxConcurrentTransforms=1)
+    return _job(name, "slow", inp.as_uri() + "/", out.as_uri() + "/", MaxConcurrentTransforms=1,
+                Environment={"SAGEMAKER_TFS_MAX_BATCH_SIZE": "1"})
 
 
 def test_stop_keeps_partial_outputs_and_a_consistent_ledger(api_server, tmp_path, api_slow_model):
