@@ -82,8 +82,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
     p.add_argument("--handler-workers", type=int, metavar="N",
                    help="processes per instance running code/inference.py's hooks, or with no script the JSON/CSV "
-                        "parse and image decode (default: the cores divided by the instances; 0: in the "
-                        "instance's own process)")
+                        "parse and image decode (default: the cores divided by the instances, but none for a "
+                        "script that imports TensorFlow: its hooks run in process, a hop at a time; 0: in "
+                        "the instance's own process)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 

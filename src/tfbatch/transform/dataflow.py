@@ -94,6 +94,7 @@ class Dataflow:
         self.requests = 0
         self.objects = 0
         self.fallbacks = 0
+        self._hop_pool: ThreadPoolExecutor | None = None  # set while run() runs
 
     # ---- stages -----------------------------------------------------------------------
 
@@ -159,23 +160,37 @@ class Dataflow:
             obj.errors.append(error)
 
     def _predict(self, objs: list[_Object], hop: int) -> None:
-        """Every request of the chunk, across objects, in hops of ``hop`` requests."""
+        """Every request of the chunk, across objects, in hops of ``hop`` requests.
+
+        A chunk of a few large objects (TFRecord or RecordIO shards, CSV files) holds many
+        hops: they run at once on the hop threads, so decode, the model and the handler
+        workers overlap instead of taking turns. Responses keep request order.
+        """
         flat = [(obj, body) for obj in objs for body in obj.bodies]
-        start = 0
+        bounds, start = [], 0
         while start < len(flat):
             end, size = start, 0
             while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
                 size += len(flat[end][1])
                 end += 1
-            reqs = [InvocationRequest(body=body, content_type=self.spec.content_type, accept=self.spec.accept)
-                    for _, body in flat[start:end]]
-            responses = self.predict.invoke_many(reqs, timeout_s=self.spec.invocations_timeout)
-            for (obj, _), response in zip(flat[start:end], responses):
-                obj.responses.append(response)
-            with self._lock:
-                self.hops += 1
-                self.requests += len(reqs)
+            bounds.append((start, end))
             start = end
+        if len(bounds) > 1 and self._hop_pool is not None:
+            answers = [f.result() for f in [self._hop_pool.submit(self._hop, flat[a:b]) for a, b in bounds]]
+        else:
+            answers = [self._hop(flat[a:b]) for a, b in bounds]
+        for (a, b), responses in zip(bounds, answers):
+            for (obj, _), response in zip(flat[a:b], responses):
+                obj.responses.append(response)
+
+    def _hop(self, part: list[tuple[_Object, bytes]]) -> list[InvocationResponse]:
+        reqs = [InvocationRequest(body=body, content_type=self.spec.content_type, accept=self.spec.accept)
+                for _, body in part]
+        responses = self.predict.invoke_many(reqs, timeout_s=self.spec.invocations_timeout)
+        with self._lock:
+            self.hops += 1
+            self.requests += len(reqs)
+        return responses
 
     # ---- driver -----------------------------------------------------------------------
 
@@ -222,8 +237,12 @@ class Dataflow:
         the handler pool work off the GIL) and one more waits, so memory is bounded by chunks.
         """
         pending: deque[tuple[int, Future]] = deque()
-        with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
+        # The hop pool is entered first so it shuts down last, after every chunk that uses it.
+        # As many hops in flight as chunks: memory stays bounded by what the chunks hold.
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-hop") as hops, \
+                ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
+            self._hop_pool = hops
             for chunk, hop in self._chunks(refs):
                 while self.max_in_flight and pending and \
                         sum(n for n, _ in pending) + len(chunk) > self.max_in_flight:

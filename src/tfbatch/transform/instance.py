@@ -114,10 +114,22 @@ class InstanceRunner:
 
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
-        if self.handler_workers() > 0:
-            from tfbatch.handlers.pool import HandlerPool
+        if self.handler_workers() <= 0:
+            return
+        if self.spec.handler_workers is None:
+            from tfbatch.handlers.inline_pool import InlinePool, imports_tensorflow
+            from tfbatch.handlers.user_code import load_module
 
-            self.pool = HandlerPool(init, self.handler_workers()).start()
+            if imports_tensorflow(load_module(handlers.script)):
+                # Each worker process would import TensorFlow again (seconds of CPU each, most
+                # of a small job's CPU); here it is loaded already. --handler-workers N still
+                # asks for worker processes.
+                log.info("the script imports TensorFlow: its hooks run in this process, a hop at a time")
+                self.pool = InlinePool(init)
+                return
+        from tfbatch.handlers.pool import HandlerPool
+
+        self.pool = HandlerPool(init, self.handler_workers()).start()
 
     def _start_default_pool(self, service) -> None:
         """No script: the default handling's JSON/CSV parse and image decode go to worker

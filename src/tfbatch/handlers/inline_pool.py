@@ -1,0 +1,72 @@
+"""The handler pool's interface with the hooks run in this process, a hop at a time.
+
+A worker process pays for every module the script imports. A script that imports TensorFlow
+(to parse a ``tf.train.Example``, say) costs each worker seconds of CPU before its first
+record: on a small machine that start-up is most of a job's CPU (measured in
+benchmarks/transform/profile/perf.md). This process has TensorFlow loaded already, so there
+the hooks cost only their own work. ``InlinePool`` runs the same ``Worker`` steps as a worker
+process (pool_worker.py) on the caller's thread, so the answers are the ones the pool gives:
+``PooledService`` still decodes a whole hop, makes one joint model call and encodes the
+hop's responses, and only the process the hooks run in changes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from concurrent.futures import Future
+from types import ModuleType
+from typing import Any
+
+WHERE = (0, 0)  # the one "process" every step runs in; output steps are pinned to it
+
+
+def imports_tensorflow(module: ModuleType) -> bool:
+    """Whether the script holds TensorFlow (the package, a submodule, or a name from it)."""
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str) and (name == "tensorflow" or name.startswith(("tensorflow.", "keras"))):
+            return True
+    return False
+
+
+class InlinePool:
+    """What ``PooledService`` needs of a ``HandlerPool``: ``size``, ``submit``, ``set_models``."""
+
+    size = 1
+
+    def __init__(self, init: dict[str, Any]):
+        from tfbatch.handlers.pool_worker import Worker
+
+        # The script is imported once per process (user_code.load_module): this reuses the
+        # module the service already loaded, so its module-level code does not run again.
+        self.worker = Worker(init)
+        self.hops = 0
+        self._lock = threading.Lock()
+
+    def set_models(self, models: dict[str, Any]) -> None:
+        self.worker.models = models
+
+    def submit(self, step: str, items: list, where: tuple[int, int] | None = None) -> Future:
+        if step == "input":
+            # A worker process receives the out-of-band body as a memoryview: the same here.
+            items = [(_view(item[0]), *item[1:]) for item in items]
+        results = self.worker.run(step, items)
+        with self._lock:
+            self.hops += 1
+        future: Future = Future()
+        future.where = WHERE  # type: ignore[attr-defined]
+        future.set_result(results)
+        return future
+
+    def close(self) -> None:
+        return None
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {"handler_workers": 0, "hooks": "in-process (the script imports TensorFlow)", "hops": self.hops,
+                "worker_restarts": 0, "workers_started_before_model_loaded": 0}
+
+
+def _view(body: Any) -> Any:
+    return body.raw() if isinstance(body, pickle.PickleBuffer) else body

@@ -1,0 +1,85 @@
+"""A script that imports TensorFlow: by default its hooks run in the instance's own process,
+a hop at a time (handlers/inline_pool.py), instead of in worker processes that would each
+import TensorFlow again. The answers must be the worker pool's, byte for byte."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+from PIL import Image
+
+from benchmarks.common.models import INFERENCE_SCRIPT
+from tfbatch import run_transform
+from tfbatch.artifact import package
+from tfbatch.testing.models import make_image_bytes_model
+
+SCRIPT = "import tensorflow as tf\n" + INFERENCE_SCRIPT + '''
+
+_plain_input = input_handler
+
+
+def input_handler(data, context):
+    body = data.read()
+    if body.endswith(b"RAISE"):
+        raise ValueError("this record asked to fail")
+    assert tf.constant(1).numpy() == 1  # the script really uses TensorFlow
+    return _plain_input(io.BytesIO(body), context)
+
+
+import io
+'''
+
+
+def _png(value: int, tail: bytes = b"") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((8, 8), value % 256, np.uint8)).save(buf, format="PNG")
+    return buf.getvalue() + tail
+
+
+def _job(tmp_path, out: str, workers: int | None, **kw):
+    return run_transform(model=str(tmp_path / "model.tar.gz"), input=str(tmp_path / "in"),
+                         output=str(tmp_path / out), content_type="application/x-image", handler_workers=workers, **kw)
+
+
+def _outputs(root) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.glob("*.out"))}
+
+
+def test_tensorflow_script_runs_its_hooks_in_process_with_the_pools_answers(tmp_path):
+    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
+    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
+    (tmp_path / "in").mkdir()
+    for n in range(30):
+        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 7, b"RAISE" if n in (4, 17) else b""))
+
+    pool = _job(tmp_path, "pool", 2, max_batch_size=1)
+    inline = _job(tmp_path, "inline", None, max_batch_size=1)
+
+    assert _outputs(tmp_path / "inline") == _outputs(tmp_path / "pool")
+    assert len(_outputs(tmp_path / "inline")) == 28
+    assert (inline.succeeded, inline.bad_input, inline.failed_to_process) == (pool.succeeded, pool.bad_input, 0)
+    key = lambda e: e["object"]  # noqa: E731
+    assert sorted(inline.errors, key=key) == sorted(pool.errors, key=key)
+    assert [e["error"] for e in inline.errors] == ["this record asked to fail"] * 2
+    (stats,) = inline.batches.values()
+    assert stats["handler_workers"] == 0 and stats["hooks"].startswith("in-process") and stats["hops"] > 0
+    (pool_stats,) = pool.batches.values()
+    assert pool_stats["handler_workers"] == 2
+
+
+def test_tensorflow_script_batches_hops_in_process(tmp_path):
+    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
+    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
+    (tmp_path / "in").mkdir()
+    for n in range(24):
+        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 5))
+    inline = _job(tmp_path, "inline", None, max_batch_size=8)
+    assert inline.succeeded == 24
+    (stats,) = inline.batches.values()
+    # Several records per hop: the hop's rows went to the model together.
+    assert stats["rows"] == 24 and stats["batches"] < 24

@@ -1,0 +1,28 @@
+"""Which scripts make a batch job keep its hooks in process: those holding TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import types
+
+from tfbatch.handlers.inline_pool import imports_tensorflow
+
+
+def _module(**values) -> types.ModuleType:
+    module = types.ModuleType("inference")
+    vars(module).update(values)
+    return module
+
+
+def test_a_script_holding_tensorflow_or_a_name_from_it_counts():
+    assert imports_tensorflow(_module(tf=types.ModuleType("tensorflow")))
+    assert imports_tensorflow(_module(train=types.ModuleType("tensorflow.train")))
+    assert imports_tensorflow(_module(keras=types.ModuleType("keras")))
+    example = type("Example", (), {"__module__": "tensorflow.core.example.example_pb2"})
+    assert imports_tensorflow(_module(Example=example))
+
+
+def test_a_script_without_tensorflow_does_not():
+    assert not imports_tensorflow(_module(json=json, base64=types.ModuleType("base64")))
+    assert not imports_tensorflow(_module(tensorflowish=types.ModuleType("tensorflowish"), n=3))
+    assert not imports_tensorflow(_module())
