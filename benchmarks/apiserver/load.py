@@ -201,8 +201,8 @@ def run(jobs: int, endpoints: int, max_concurrent: int, files: int, lines: int) 
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 create_errors = [f for f in pool.map(lambda n: _limit_error(
                     lambda: _create_job(sm, n, inp, work / "out" / n)), job_names) if f is not None]
+            extra_at = time.time()  # taken before the call: a job ended by then surely freed a slot
             extra_job = _limit_error(lambda: _create_job(sm, "load-extra", inp, work / "out" / "load-extra"))
-            extra_at = time.time()
             with ThreadPoolExecutor(max_workers=jobs) as pool:
                 docs = list(pool.map(lambda n: _wait_job(sm, n), job_names))
             elapsed = time.perf_counter() - start
