@@ -15,7 +15,6 @@ from typing import Any
 from tfbatch.apiserver.models import containers_of, model_data_url
 from tfbatch.apiserver.protocol import validation
 from tfbatch.errors import ConfigError
-from tfbatch.storage.uri import normalize
 
 _SPEC_TO_REQUEST = {
     "input": "TransformInput.DataSource.S3DataSource.S3Uri",
@@ -40,11 +39,6 @@ def spec_for_job(request: dict[str, Any], model: dict[str, Any], *, resumed: boo
     env.update(fields.get("env") or {})
     fields["env"] = env
     fields["model"] = model_data_url(container, where)
-    # file:// URIs as plain local paths: the transform ledger builds its journal paths from the
-    # output as given, and "file:///x" would land in a folder named "file:" under the cwd.
-    for key in ("input", "manifest", "output", "model"):
-        if isinstance(fields.get(key), str) and fields[key].lower().startswith("file://"):
-            fields[key] = normalize(fields[key])
     fields["resume"] = True
     # After a restart the dead run's S3 lease on the output stays until it expires: wait for it.
     fields["wait_lock"] = resumed
