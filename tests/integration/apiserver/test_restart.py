@@ -4,19 +4,10 @@ finishes with the outputs an uninterrupted run writes; models and jobs are all s
 from __future__ import annotations
 
 import json
-import time
+
+from tests.integration.apiserver.polling import poll
 
 ROLE = "arn:aws:iam::000000000000:role/tfbatch-test"
-
-
-def _poll(condition, what: str, limit_s: float = 180.0):
-    deadline = time.monotonic() + limit_s  # a failure guard only
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _job(name: str, inp, out) -> dict:
@@ -52,7 +43,7 @@ def test_kill_9_mid_job_then_restart_finishes_with_identical_outputs(make_api_se
     sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE,
                     PrimaryContainer={"Image": "tfbatch", "ModelDataUrl": api_slow_model.as_uri()})
     sm.create_transform_job(**_job("interrupted", inp, killed_out))
-    _poll(lambda: len(done_keys(killed_out)) >= 3, "three objects committed")
+    poll(lambda: len(done_keys(killed_out)) >= 3, "three objects committed")
     server.kill()
     finished_before = len(done_keys(killed_out))
     assert 3 <= finished_before < 24
@@ -96,7 +87,7 @@ def test_sigterm_mid_job_hands_the_job_back_and_the_next_start_finishes_it(make_
     sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE,
                     PrimaryContainer={"Image": "tfbatch", "ModelDataUrl": api_slow_model.as_uri()})
     sm.create_transform_job(**_job("handed-back", inp, out))
-    _poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
+    poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
     server.stop()
     assert server.proc.returncode == 0
     # A shut-down is not a StopTransformJob: the job is still InProgress, with partial outputs.

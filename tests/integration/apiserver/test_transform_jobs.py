@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import botocore.exceptions
@@ -11,6 +10,7 @@ import pytest
 import requests
 
 from tfbatch import run_transform
+from tests.integration.apiserver.polling import poll
 
 ROLE = "arn:aws:iam::000000000000:role/tfbatch-test"
 
@@ -217,15 +217,6 @@ def _done_outputs(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.glob("*.out"))}
 
 
-def _poll(condition, what: str, limit_s: float = 180.0):
-    deadline = time.monotonic() + limit_s  # a failure guard only
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def _slow_job(name: str, inp: Path, out: Path) -> dict:
     # One row per model batch at 0.25 s each, one request at a time: ~0.5 s per object.
@@ -241,7 +232,7 @@ def test_stop_keeps_partial_outputs_and_a_consistent_ledger(api_server, tmp_path
     sm = api_server.client("sagemaker")
     sm.create_model(ModelName="slow", ExecutionRoleArn=ROLE, PrimaryContainer=_container(api_slow_model.as_uri()))
     sm.create_transform_job(**_slow_job("to-stop", inp, out))
-    _poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
+    poll(lambda: len(done_keys(out)) >= 2, "two objects committed")
     sm.stop_transform_job(TransformJobName="to-stop")
     assert sm.describe_transform_job(TransformJobName="to-stop")["TransformJobStatus"] in ("Stopping", "Stopped")
     described = _wait(sm, "to-stop")
