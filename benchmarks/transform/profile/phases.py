@@ -31,7 +31,8 @@ PHASES = [
     ("ledger markers", ("Ledger", "mark_done", "save_failures")),
     ("batcher / futures / thread hand-offs", ("batcher.py", "futures/", "threading.py", "Semaphore", "invoke.py",
                                               "queue.py")),
-    ("pipeline / records bookkeeping", ("pipeline.py", "records/", "instance.py", "batched.py")),
+    ("pipeline / records bookkeeping", ("pipeline.py", "records/", "instance.py", "dataflow.py", "predict.py",
+                                       "batched.py")),
 ]
 
 

@@ -33,7 +33,8 @@ PHASES = [
     ("output write (atomic_write)", ("atomic_write",)),
     ("ledger / journal", ("ledger.py", "journal.py")),
     ("batcher / futures / thread hand-offs", ("batcher.py", "futures/", "threading.py", "invoke.py", "queue.py")),
-    ("pipeline / lane bookkeeping", ("pipeline.py", "records/", "instance.py", "dataflow.py", "batched.py")),
+    ("pipeline / lane bookkeeping", ("pipeline.py", "records/", "instance.py", "dataflow.py", "predict.py",
+                                    "batched.py")),
     ("loopback TFS servers", ("socketserver", "tfs/rest.py", "grpc")),
 ]
 
