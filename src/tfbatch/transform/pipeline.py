@@ -15,6 +15,7 @@ the bad record's line holds an error object so line N still answers record N.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -132,7 +133,8 @@ class ObjectPipeline:
             with opener() as raw:
                 # Not fsynced here: the ledger's group commit makes a group's outputs durable at
                 # once, before recording them as done.
-                atomic_write(target, self._stream(entries(raw), state, assembler, sink), durable=False)
+                atomic_write(target, _gather_small(self._stream(entries(raw), state, assembler, sink)),
+                             durable=False)
                 written = True
         except _AbortObject:
             pass
@@ -242,6 +244,27 @@ class ObjectPipeline:
             state.failures.append(RecordFailure.from_exception(state.key, index, offset, error))
         else:
             state.dropped += 1
+
+
+SMALL_OUTPUT_BYTES = 1024 * 1024  # an output up to this size is gathered, then written in one call
+
+
+def _gather_small(stream: Iterator[bytes]) -> list[bytes] | Iterator[bytes]:
+    """The whole output as a list when it is small (most objects: one image, one line), else a
+    stream that starts with what was gathered.
+
+    A list takes storage's raw-descriptor write (no buffered file object, its fstat and flushes
+    per object); a large output still streams, so memory stays bounded by this cap. A failure
+    while gathering (every record failed, ``_AbortObject``) raises before any file exists.
+    """
+    parts: list[bytes] = []
+    size = 0
+    for part in stream:
+        parts.append(part)
+        size += len(part)
+        if size > SMALL_OUTPUT_BYTES:
+            return itertools.chain(parts, stream)
+    return parts
 
 
 def _not_empty(records: Iterable[Record], key: str) -> Iterator[Record]:

@@ -118,6 +118,7 @@ class ImageBatchPredict:
             from tfbatch.records.imagedecode import decoder_for
 
             self.decoder = decoder_for(_image_target(info, self.sig.name), max_image_pixels)
+            self.decoder.prepare()  # traced while the job lists and reads its first objects
         self.tuner = tuner
         self._lock = threading.Lock()
         self._alone = None  # the service over an unbatched view, made on the first refused batch
