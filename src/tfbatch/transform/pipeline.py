@@ -40,8 +40,17 @@ from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.report import ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
+class _Final:
+    """An answer that needs no retry or isolation (2xx), in place of an Invoker call."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: InvocationResponse):
+        self.response = response
+
+
 # A payload, its invocation (None: it never reached the model) and the error that kept it from it.
-_Entry = tuple[Payload, _Call | None, TfbatchError | None]
+_Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 
 MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
 
@@ -117,6 +126,10 @@ class ObjectPipeline:
             for payload, response, error in answered:
                 if response is None:
                     yield payload, None, error
+                elif response.ok:
+                    # A 2xx answer is final: the Invoker's retries and isolation would return it
+                    # as it is, so it skips the Invoker's call and Future.
+                    yield payload, _Final(response), None
                 else:
                     yield payload, self.invoker.answered(response, payload.body), None
 
@@ -184,7 +197,7 @@ class ObjectPipeline:
             return payload, None, exc
         return payload, self.invoker.submit(body), None
 
-    def _finish(self, payload: Payload, call: _Call | None, error: TfbatchError | None, state: _State,
+    def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
                 assembler: Assembler) -> None:
         records = payload.records
         if call is None:
@@ -193,7 +206,7 @@ class ObjectPipeline:
             for record in records:
                 self._fail_record(state, assembler, record, error)
             return
-        response = self.invoker.result(call)
+        response = call.response if type(call) is _Final else self.invoker.result(call)
         if not response.ok:
             if len(records) > 1:
                 return self._one_by_one(records, state, assembler)
