@@ -60,11 +60,12 @@ def _freeze_heap() -> None:
     Record per CSV line, a response row per record) triggers collections all the time: it
     made splitting a 1 MB CSV payload 4x dearer here than in a process without TensorFlow
     (benchmarks/transform/profile/table-before.md). ``gc.freeze`` moves what exists now to a
-    generation the collector skips; what is created later is collected as before.
+    generation the collector skips; what is created later is collected as before. (No
+    ``gc.collect`` first: walking that heap once costs more start-up than the few cycles of
+    garbage the load left would ever cost in memory.)
     """
     import gc
 
-    gc.collect()  # garbage of the load is freed, not frozen
     gc.freeze()
 
 
