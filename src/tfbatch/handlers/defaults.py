@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from typing import Any
 
 import numpy as np
@@ -68,12 +67,14 @@ def _csv_value(text: str) -> Any:
 
 
 # Bytes that break a line for str.splitlines() (the general JSON Lines path) besides "\n":
-# bodies holding any are left to it. "\r\n" is turned into "\n" first.
-_OTHER_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(),
-                      "\u2029".encode())
+# bodies holding any are left to it ("\r\n" is turned into "\n" first). The multi-byte ones
+# (U+0085, U+2028, U+2029 in UTF-8) can only be in a body that is not ASCII.
+_ASCII_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_UTF8_LINE_BREAKS = ("\x85".encode(), "\u2028".encode(), "\u2029".encode())
 # orjson reads integers of 20 digits or more (>= 2**64) as floats, json as ints: such bodies
-# take the general path.
-_LONG_INTEGER = re.compile(rb"[0-9]{20}")
+# take the general path. Found as 20 zeros in a row once every digit is written as "0".
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 20
 # What a plain numeric CSV body is made of: no quotes, spaces, letters (nan, inf), or "_".
 _CSV_NUMERIC = b"0123456789.eE+-,\n\r"
 _EXACT_INTEGERS = 2.0 ** 53  # below this, every integer is exactly a float64
@@ -89,7 +90,9 @@ def _json_lines_bulk(body: bytes) -> list | None:
     """
     if b"\r\n" in body:
         body = body.replace(b"\r\n", b"\n")
-    if any(mark in body for mark in _OTHER_LINE_BREAKS) or _LONG_INTEGER.search(body):
+    if any(mark in body for mark in _ASCII_LINE_BREAKS) or _LONG_DIGITS in body.translate(_DIGITS_AS_ZERO):
+        return None
+    if not body.isascii() and any(mark in body for mark in _UTF8_LINE_BREAKS):
         return None
     lines = body.split(b"\n")
     if not all(lines):
