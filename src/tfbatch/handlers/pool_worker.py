@@ -127,6 +127,9 @@ class Worker:
         from tfbatch.handlers import defaults
 
         if not defaults.is_image(content_type):
+            tensors = self._table(data, content_type, ctx)
+            if tensors is not None:
+                return tensors
             return self._decode(defaults.json_request(bytes(data), content_type), ctx)
         if ctx.method != "predict":
             raise InvalidInput(f"an image body can only be sent to predict, not {ctx.method}")
@@ -137,6 +140,18 @@ class Worker:
         version, signatures, default = known
         sig = signatures[default]
         return ("tensors", defaults.image_inputs(bytes(data), sig, self.max_image_pixels), "row", version, sig.name)
+
+    def _table(self, data, content_type: str | None, ctx) -> tuple | None:
+        """A plain numeric CSV body for the default signature, parsed in bulk
+        (``defaults.table_tensors``: the tensor ``_decode`` would build); None: the general path."""
+        from tfbatch.handlers import defaults
+
+        known = self.models.get(ctx.model_name)
+        if ctx.method != "predict" or ctx.model_version is not None or known is None:
+            return None
+        version, signatures, default = known
+        tensors = defaults.table_tensors(bytes(data), content_type, signatures[default])
+        return None if tensors is None else ("tensors", tensors, "row", version, signatures[default].name)
 
     def output(self, entry: tuple) -> tuple:
         from tfbatch.runtime import jsonenc

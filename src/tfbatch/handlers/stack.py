@@ -52,6 +52,7 @@ def build_stack(
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
     loopback_token: str | None = None,
     on_script: Callable[[UserHandlers, dict[str, Any]], None] | None = None,
+    artifact: Any = None,
 ) -> ServiceStack:
     """Open ``model_uri`` and make a ready InferenceService.
 
@@ -61,6 +62,8 @@ def build_stack(
     of a handler worker process (:func:`tfbatch.handlers.pooled.script_init`, carrying this
     call's limits): a batch job starts its handler worker processes there, so they import
     the script while the model loads, with the same message cap and image budget as here.
+    ``artifact``: ``model_uri`` already opened by the caller (``open_artifact``); the stack
+    owns it from here, as if it had opened it.
     """
     from tfbatch.artifact import open_artifact
     from tfbatch.runtime import ModelServer, RuntimeSettings
@@ -68,7 +71,8 @@ def build_stack(
     if env:
         os.environ.update(env)
     settings = settings or RuntimeSettings.from_env()
-    artifact = open_artifact(model_uri, workdir=workdir)
+    if artifact is None:
+        artifact = open_artifact(model_uri, workdir=workdir)
     model_server = endpoints = None
     try:
         from tfbatch.tfs.warmup import warm_up

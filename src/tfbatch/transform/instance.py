@@ -52,6 +52,23 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _freeze_heap() -> None:
+    """Leave the loaded model's objects out of every later garbage collection.
+
+    TensorFlow and a loaded SavedModel are a few hundred thousand Python objects that live
+    as long as the job. Each full collection walks all of them, and per-record work (a
+    Record per CSV line, a response row per record) triggers collections all the time: it
+    made splitting a 1 MB CSV payload 4x dearer here than in a process without TensorFlow
+    (benchmarks/transform/profile/table-profile.md). ``gc.freeze`` moves what exists now to a
+    generation the collector skips; what is created later is collected as before. (No
+    ``gc.collect`` first: walking that heap once costs more start-up than the few cycles of
+    garbage the load left would ever cost in memory.)
+    """
+    import gc
+
+    gc.freeze()
+
+
 class InstanceRunner:
     def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None):
         self.spec = spec
@@ -77,20 +94,26 @@ class InstanceRunner:
         self._saved_env = {k: os.environ.get(k) for k in env}
 
         settings = runtime_settings(self.spec)
-        # Thread pools, GPU memory growth and graph rewrites are all fixed when TensorFlow
-        # first runs anything, so all three are set here, before the model loads.
-        configure_threads(settings)
-        gpus = enable_memory_growth()
-        self.precision_options = apply_precision(self.spec.precision, gpus)
+        os.environ.update(env)  # as build_stack does first: opening the artifact may read it (S3)
+        artifact = self._open_artifact()
+        handed = False
         try:
+            # Thread pools, GPU memory growth and graph rewrites are all fixed when TensorFlow
+            # first runs anything, so all three are set here, before the model loads.
+            configure_threads(settings)
+            gpus = enable_memory_growth()
+            self.precision_options = apply_precision(self.spec.precision, gpus)
+            handed = True  # build_stack owns the artifact now (and cleans it up if it fails)
             self.stack = build_stack(
                 self.spec.model, settings, install_requirements=self.spec.install_requirements, env=env,
-                max_image_pixels=self.spec.max_image_pixels, on_script=self._start_pool,
+                max_image_pixels=self.spec.max_image_pixels, on_script=self._start_pool, artifact=artifact,
             )
         except BaseException:
             if self.pool is not None:
                 self.pool.close()
                 self.pool = None
+            if not handed:
+                artifact.cleanup()
             raise
         service = self.stack.service
         if self.pool is None and service.handlers is None and self.handler_workers() > 0:
@@ -110,7 +133,27 @@ class InstanceRunner:
             accept=self.spec.accept,
         )
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
+        _freeze_heap()
         return self
+
+    def _open_artifact(self):
+        """The model artifact, opened before TensorFlow is imported (that takes seconds).
+
+        With no script and a content type that is not an image, the job's default handling
+        runs in handler worker processes whatever the model's signature
+        (``_start_default_pool``): they start here, and import their modules on the other
+        cores while this process imports TensorFlow and loads the model, instead of after.
+        """
+        from tfbatch.artifact import open_artifact
+        from tfbatch.handlers.defaults import is_image
+
+        artifact = open_artifact(self.spec.model)
+        if artifact.inference_script is None and not is_image(self.spec.content_type) and self.handler_workers() > 0:
+            from tfbatch.handlers.pool import HandlerPool
+            from tfbatch.handlers.pooled import script_init
+
+            self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
+        return artifact
 
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""

@@ -44,3 +44,101 @@ def test_bad_json_names_the_problem():
         json_request(b"{nope", "application/json")
     with pytest.raises(InvalidInput, match="line 2"):
         json_request(b"[1]\n{bad\n", "application/jsonlines")
+
+
+# ---- bulk paths: the same answer as the general path, or none -----------------------------
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tfbatch.errors import TfbatchError  # noqa: E402
+from tfbatch.handlers.defaults import table_tensors  # noqa: E402
+from tfbatch.runtime.signature import SignatureInfo, TensorInfo  # noqa: E402
+from tfbatch.tfs.codec import decode_predict  # noqa: E402
+
+
+def _signature(dtype="float32", shape=(None, 3)):
+    return SignatureInfo("serving_default", "tensorflow/serving/predict",
+                         {"x": TensorInfo("x", "x:0", dtype, shape)}, {"y": TensorInfo("y", "y:0", "float32", (None,))})
+
+
+def _general(body: bytes, sig) -> tuple[str, object]:
+    """What the general path gives: ("ok", tensor) or ("error", message)."""
+    try:
+        return "ok", decode_predict(json_request(body, "text/csv"), sig)[0]["x"]
+    except TfbatchError as exc:
+        return "error", str(exc)
+
+
+def _same_tensor(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_plain_numeric_csv_is_read_in_bulk_to_the_general_paths_tensor():
+    sig = _signature()
+    body = b"1,2.5,-3e2\r\n4,-0,6\n.5,7.,-0.0\n-00,-0e1,+8\n"
+    bulk = table_tensors(body, "text/csv", sig)
+    assert bulk is not None
+    assert _same_tensor(bulk["x"], _general(body, sig)[1])
+    one = _signature(shape=(None,))
+    assert _same_tensor(table_tensors(b"7\n8", "text/csv", one)["x"], _general(b"7\n8", one)[1])
+
+
+@pytest.mark.parametrize("body", [
+    b"1,2,abc\n", b'1,"2",3\n', b"1,2,3\n\n4,5,6\n", b"1,2,3\n4,5\n", b"1,,3\n", b"1, 2,3\n", b"1,2,nan\n",
+    b"1,2,1_0\n", b"1,2,99999999999999999999\n", b"1,2,3\r4,5,6\n", b"1,2,1e\n", b"1,2,.\n", b"",
+    b"1,2,3,4\n",  # the signature wants 3 columns: the general path words the error
+])
+def test_anything_else_is_left_to_the_general_path(body):
+    assert table_tensors(body, "text/csv", _signature()) is None
+
+
+def test_only_a_single_float_input_gets_the_bulk_path():
+    body = b"1,2,3\n"
+    assert table_tensors(body, "text/csv", _signature("int64")) is None
+    assert table_tensors(body, "text/csv", _signature("string")) is None
+    assert table_tensors(body, "application/json", _signature()) is None
+    assert table_tensors(body, "text/csv", _signature("float64"))["x"].dtype == np.float64
+
+
+_cells = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False, width=64).map(repr),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).map(lambda v: f"{v:.9g}"),
+    st.integers(-2**60, 2**60).map(str),
+    st.sampled_from(["-0", "-0.0", "-00", "-0e3", "+0", "0"]),
+    st.text(alphabet="0123456789.eE+-", min_size=0, max_size=8),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_cells, min_size=3, max_size=3), min_size=1, max_size=6), st.sampled_from(["\n", "\r\n"]),
+       st.sampled_from(["float32", "float64"]))
+def test_bulk_csv_never_differs_from_the_general_path(rows, newline, dtype):
+    sig = _signature(dtype)
+    body = newline.join(",".join(row) for row in rows).encode() + newline.encode()
+    bulk = table_tensors(body, "text/csv", sig)
+    if bulk is None:
+        return
+    kind, general = _general(body, sig)
+    assert kind == "ok", general
+    assert _same_tensor(bulk["x"], general)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                             max_leaves=8), min_size=1, max_size=5))
+def test_bulk_json_lines_read_as_the_standard_library_does(values):
+    body = b"\n".join(json.dumps(v).encode() for v in values) + b"\n"
+    expected = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+    assert json_request(body, "application/jsonlines") == {"instances": expected}
+
+
+def test_json_lines_the_bulk_path_leaves_alone_still_parse():
+    body = b'[NaN, 1]\n[18446744073709551616]\n["\\ud800"]\r\n{"a": 1}\xe2\x80\xa8[2]\n'
+    instances = json_request(body, "application/jsonlines")["instances"]
+    assert instances[1:] == [[18446744073709551616], ["\ud800"], {"a": 1}, [2]]
+    assert np.isnan(instances[0][0])

@@ -111,3 +111,24 @@ def test_multi_record_line_payloads_are_whole_raw_lines():
     out = list(form_payloads(recs, "MultiRecord", 9))
     assert [p.body for p in out] == [b"1,2\r\n3,4\n", b"5,6"]
     assert [p.body for p in form_payloads(recs, "SingleRecord", 9)] == [b"1,2", b"3,4", b"5,6"]
+
+
+@pytest.mark.parametrize("rows", [
+    [[0.1, 2.5e-07, -3.0], [1e300, 0, -0.0], [7, 8, 9]],
+    [0.5, 1, -2.25],
+    [[], [], []],
+    [[1, [2]], [3, [4]], [5, [6]]],
+    [["a"], ["b"], ["c"]],
+    [{"x": 1}, {"x": 2}, {"x": 3}],
+    [[1.0], [2.0], None],
+    [True, False, None],
+    [[1], [2**70], [1e300]],
+])
+def test_split_rows_are_each_row_encoded_alone(rows):
+    from tfbatch.runtime import jsonenc
+
+    payload = Payload([Record(i, i, b"r", b"r\n") for i in range(3)], b"r\nr\nr\n")
+    response = jsonenc.dumps({"predictions": rows})
+    # What encoding each parsed row alone gives (a SingleRecord answer's bytes).
+    expected = [jsonenc.dumps({"predictions": [row]}) for row in jsonenc.loads(response)["predictions"]]
+    assert split_multi_response(payload, response) == expected
