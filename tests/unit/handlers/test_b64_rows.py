@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from tfbatch.errors import InvalidInput
+from tfbatch.handlers import pool_worker
 from tfbatch.handlers.pool_worker import b64_rows
 from tfbatch.records.images import check_encoded_images
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
@@ -19,6 +20,14 @@ from tfbatch.testing.hostile import png_bomb
 from tfbatch.tfs.codec import decode_predict
 
 MAX_PIXELS = 50_000_000
+
+
+@pytest.fixture(autouse=True, params=["installed", "binascii"])
+def decoder(request, monkeypatch):
+    """Every test with the decoder installed here (pybase64 when present) and with binascii's."""
+    if request.param == "binascii":
+        monkeypatch.setattr(pool_worker, "_b64decode", pool_worker._strict_b64decode)
+    return request.param
 
 
 def _sig(dtype: str = "string", shape=(None,), inputs: int = 1) -> SignatureInfo:
