@@ -43,7 +43,7 @@ WAIT_LEAVES = ("Condition.wait", "_wait_for_tstate_lock", "Popen._wait", "Runner
                "select (selectors", "poll (", "sleep (", "accept (", "Thread.join")
 STAGES = [
     ("start-up: imports", ("<frozen importlib", "_find_and_load")),
-    ("start-up: model load", ("artifact/", "Servable", "saved_model/load", "load_saved", "warmup", "build_stack",
+    ("start-up: model load", ("artifact/", "Servable.load", "ModelServer._load", "load_saved", "warmup", "build_stack",
                               "LoopbackEndpoints", "start_grpc_server", "_python_exit")),
     ("user handler (input_handler / output_handler)", ("input_handler", "output_handler", "inference.py")),
     ("model call (TensorFlow, Python side)", ("_call_flat", "quick_execute", "run_prepared", "tensorflow/python")),

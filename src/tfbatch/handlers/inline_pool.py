@@ -19,6 +19,12 @@ from types import ModuleType
 from typing import Any
 
 WHERE = (0, 0)  # the one "process" every step runs in; output steps are pinned to it
+# Worker processes pay off from this many cores per instance: below it the model's own thread
+# pools and this process's reads and writes already fill the cores, and every record would
+# also pay two pickled hops between processes (measured in
+# benchmarks/transform/profile/script-before.md: pipes and pickling were the largest stage
+# of the scripted JPEG job on 2 cores).
+MIN_CORES_FOR_WORKERS = 3
 
 
 def imports_tensorflow(module: ModuleType) -> bool:
@@ -30,17 +36,30 @@ def imports_tensorflow(module: ModuleType) -> bool:
     return False
 
 
+def in_process_reason(module: ModuleType, cores: int) -> str | None:
+    """Why a script's hooks should run in this process by default (None: in worker processes).
+
+    ``cores`` is this instance's share of the machine. ``--handler-workers N`` overrides this.
+    """
+    if imports_tensorflow(module):
+        return "the script imports TensorFlow"
+    if cores < MIN_CORES_FOR_WORKERS:
+        return f"{cores} core(s) for this instance, fewer than the {MIN_CORES_FOR_WORKERS} worker processes pay off on"
+    return None
+
+
 class InlinePool:
     """What ``PooledService`` needs of a ``HandlerPool``: ``size``, ``submit``, ``set_models``."""
 
     size = 1
 
-    def __init__(self, init: dict[str, Any]):
+    def __init__(self, init: dict[str, Any], reason: str = "the script imports TensorFlow"):
         from tfbatch.handlers.pool_worker import Worker
 
         # The script is imported once per process (user_code.load_module): this reuses the
         # module the service already loaded, so its module-level code does not run again.
         self.worker = Worker(init)
+        self.reason = reason
         self.hops = 0
         self._lock = threading.Lock()
 
@@ -64,7 +83,7 @@ class InlinePool:
 
     @property
     def stats(self) -> dict[str, Any]:
-        return {"handler_workers": 0, "hooks": "in-process (the script imports TensorFlow)", "hops": self.hops,
+        return {"handler_workers": 0, "hooks": f"in-process ({self.reason})", "hops": self.hops,
                 "worker_restarts": 0, "workers_started_before_model_loaded": 0}
 
 

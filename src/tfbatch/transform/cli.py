@@ -83,8 +83,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--handler-workers", type=int, metavar="N",
                    help="processes per instance running code/inference.py's hooks, or with no script the JSON/CSV "
                         "parse and image decode (default: the cores divided by the instances, but none for a "
-                        "script that imports TensorFlow: its hooks run in process, a hop at a time; 0: in "
-                        "the instance's own process)")
+                        "script that imports TensorFlow or below 3 cores per instance: its hooks run in "
+                        "process, a hop at a time; 0: in the instance's own process, a request at a time)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 

@@ -160,15 +160,16 @@ class InstanceRunner:
         if self.handler_workers() <= 0:
             return
         if self.spec.handler_workers is None:
-            from tfbatch.handlers.inline_pool import InlinePool, imports_tensorflow
+            from tfbatch.handlers.inline_pool import InlinePool, in_process_reason
             from tfbatch.handlers.user_code import load_module
 
-            if imports_tensorflow(load_module(handlers.script)):
-                # Each worker process would import TensorFlow again (seconds of CPU each, most
-                # of a small job's CPU); here it is loaded already. --handler-workers N still
-                # asks for worker processes.
-                log.info("the script imports TensorFlow: its hooks run in this process, a hop at a time")
-                self.pool = InlinePool(init)
+            # A worker process re-imports what the script imports (TensorFlow: seconds of CPU
+            # each) and costs two pickled hops per record; on few cores that is more than it
+            # gives back (handlers/inline_pool.py). --handler-workers N still asks for workers.
+            reason = in_process_reason(load_module(handlers.script), self.handler_workers())
+            if reason is not None:
+                log.info("the script's hooks run in this process, a hop at a time: %s", reason)
+                self.pool = InlinePool(init, reason)
                 return
         from tfbatch.handlers.pool import HandlerPool
 

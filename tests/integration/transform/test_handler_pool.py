@@ -25,6 +25,7 @@ from benchmarks.common.models import INFERENCE_SCRIPT
 from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
 from tfbatch.artifact import package
+from tfbatch.handlers.inline_pool import MIN_CORES_FOR_WORKERS
 from tfbatch.testing.models import make_image_bytes_model
 
 # The bench's pair raises for one marked image, and dies (os._exit) while the trigger file
@@ -197,9 +198,14 @@ def test_sigkill_of_a_scripted_job_resumes_byte_identical(tmp_path, archive):
 def test_local_instances_each_run_their_own_handler_workers(tmp_path, archive):
     # A local engine's instances are daemonic processes: their handler workers must still start.
     inp = _inputs(tmp_path / "in", {7: b"RAISE"}, count=24)
-    many = _run(archive, inp, tmp_path / "many", None, instance_count=2)
+    many = _run(archive, inp, tmp_path / "many", 1, instance_count=2)
+    default = _run(archive, inp, tmp_path / "default", None, instance_count=2)
     alone = _run(archive, inp, tmp_path / "alone", 0)
     assert (many.succeeded, many.bad_input) == (alone.succeeded, alone.bad_input) == (23, 1)
-    assert _outputs(tmp_path / "many") == _outputs(tmp_path / "alone")
+    assert (default.succeeded, default.bad_input) == (23, 1)
+    assert _outputs(tmp_path / "many") == _outputs(tmp_path / "alone") == _outputs(tmp_path / "default")
+    assert [s["handler_workers"] for s in many.batches.values()] == [1, 1]
     share = max(1, (os.cpu_count() or 1) // 2)  # the default: the cores divided by the instances
-    assert [s["handler_workers"] for s in many.batches.values()] == [share, share]
+    # ... in worker processes from MIN_CORES_FOR_WORKERS cores per instance, else in process.
+    expected = share if share >= MIN_CORES_FOR_WORKERS else 0
+    assert [s["handler_workers"] for s in default.batches.values()] == [expected, expected]

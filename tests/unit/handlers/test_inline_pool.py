@@ -26,3 +26,12 @@ def test_a_script_without_tensorflow_does_not():
     assert not imports_tensorflow(_module(json=json, base64=types.ModuleType("base64")))
     assert not imports_tensorflow(_module(tensorflowish=types.ModuleType("tensorflowish"), n=3))
     assert not imports_tensorflow(_module())
+
+
+def test_on_few_cores_any_script_keeps_its_hooks_in_process():
+    from tfbatch.handlers.inline_pool import MIN_CORES_FOR_WORKERS, in_process_reason
+
+    plain = _module(json=json)
+    assert in_process_reason(plain, MIN_CORES_FOR_WORKERS) is None
+    assert "core" in in_process_reason(plain, MIN_CORES_FOR_WORKERS - 1)
+    assert "TensorFlow" in in_process_reason(_module(tf=types.ModuleType("tensorflow")), 64)
