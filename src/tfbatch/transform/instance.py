@@ -112,6 +112,22 @@ class InstanceRunner:
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         return self
 
+    def rebind(self, spec: TransformSpec) -> "InstanceRunner":
+        """Run another job on the loaded model (a pooled Ray actor): ``spec`` must equal the one
+        opened with in all but where the job reads and writes (the caller checks). The ledger,
+        the per-object pipeline and the predict stage are the new job's own."""
+        from tfbatch.storage.s3options import set_job_options
+
+        assert self.invoker is not None, "call open() first"
+        if self._predict is not None:
+            self._predict.close()
+            self._predict = None
+        self.spec = spec
+        set_job_options(kms_key_id=spec.kms_key_id)
+        self.ledger = Ledger.for_spec(spec, instance=self.instance)
+        self.pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
+        return self
+
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
         if self.handler_workers() <= 0:
