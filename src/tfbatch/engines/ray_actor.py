@@ -218,6 +218,20 @@ class InstanceActor:
             self._idle_since = time.monotonic()
             return True
 
+    def evict(self) -> bool:
+        """Exit now if idle (another job needs the resources this actor holds); False if busy."""
+        with self._cond:
+            if self.lessee is not None or self._running:
+                return False
+            self.lessee = "exiting"
+
+        def leave() -> None:
+            self.runner.close()
+            self._exit("evicted for another job")
+
+        threading.Thread(target=leave, daemon=True, name="evict").start()
+        return True
+
     def _watch(self) -> None:
         """Exit for good once idle ``keep_warm_s``, or at once when the leasing driver is gone.
 

@@ -103,6 +103,13 @@ class RayJob:
         from tfbatch.engines.ray_actor import actor_class
 
         cls = actor_class()
+        try:
+            from tfbatch.engines.ray_warm import make_room
+
+            make_room(self.n * self.options.cpus_per_instance, self.n * self.options.gpus_per_instance,
+                      keep_key=self.pool_key)
+        except Exception:  # noqa: BLE001 - only an optimisation: the actors then wait for resources
+            log.debug("could not make room for this job's actors", exc_info=True)
         for st in self.inst:
             if self.pool_key is not None:
                 from tfbatch.engines.ray_warm import NAMESPACE, actor_name

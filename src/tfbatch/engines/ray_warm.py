@@ -25,7 +25,10 @@ Lifetime and guarantees:
   and the driver leases the new process and feeds it the objects the dead one held;
 - a run that failed marks the actor unusable; the driver kills it rather than release it;
 - while idle, a pooled actor still holds its resources (``cpus_per_instance``, GPUs) on
-  the cluster: that is what keeping it warm means. ``drop_warm_actors()`` ends them all.
+  the cluster: that is what keeping it warm means. A tfbatch job that finds too few free
+  resources for its actors first evicts idle pooled actors of other keys (``make_room``),
+  so a pool never makes another tfbatch job wait; other Ray work on the cluster may wait
+  up to ``keep_warm_s``. ``drop_warm_actors()`` ends them all.
 """
 
 from __future__ import annotations
@@ -90,16 +93,52 @@ def actor_name(key: str, instance: int, count: int) -> str:
     return f"{PREFIX}{key}-{instance}of{count}"
 
 
+def _pooled(exclude_key: str | None = None) -> list[str]:
+    import ray
+
+    names = []
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        name = entry.get("name", "")
+        if entry.get("namespace") == NAMESPACE and name.startswith(PREFIX):
+            if exclude_key is None or not name.startswith(PREFIX + exclude_key + "-"):
+                names.append(name)
+    return names
+
+
+def make_room(cpus: float, gpus: float, keep_key: str | None = None) -> int:
+    """Evict idle pooled actors of other keys while the cluster has less free than ``cpus``/``gpus``.
+
+    An idle pooled actor holds its CPUs and GPUs; a job that needs them (pooled or not) must
+    not wait for the pool's idle timeout. Busy ones are left alone. Returns how many were asked."""
+    import ray
+
+    free = ray.available_resources()
+    if free.get("CPU", 0.0) >= cpus and free.get("GPU", 0.0) >= gpus:
+        return 0
+    asked = []
+    for name in _pooled(exclude_key=keep_key):
+        try:
+            asked.append(ray.get_actor(name, namespace=NAMESPACE).evict.remote())
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+    evicted = 0
+    for ref in asked:
+        try:
+            evicted += bool(ray.get(ref, timeout=30))
+        except Exception:  # noqa: BLE001 - dead or restarting: nothing to evict
+            pass
+    return evicted
+
+
 def drop_warm_actors() -> int:
     """Kill every pooled instance actor on the connected cluster (idle or not); how many."""
     import ray
 
     killed = 0
-    for entry in ray.util.list_named_actors(all_namespaces=True):
-        if entry.get("namespace") == NAMESPACE and entry.get("name", "").startswith(PREFIX):
-            try:
-                ray.kill(ray.get_actor(entry["name"], namespace=NAMESPACE), no_restart=True)
-                killed += 1
-            except Exception:  # noqa: BLE001 - gone meanwhile
-                pass
+    for name in _pooled():
+        try:
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+            killed += 1
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
     return killed

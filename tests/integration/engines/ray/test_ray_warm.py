@@ -216,3 +216,41 @@ def test_killed_pooled_actor_is_restarted_and_every_output_written_once(ray_clus
     for n in range(objects):
         assert json.loads(got[f"x{n:03d}.json.out"]) == {"predictions": [[2.0 * n, 2.0 * (n + 1)]]}
     assert victims[0] not in engine.timeline.actor_pids.values()
+
+
+def test_idle_pool_makes_room_for_another_job(ray_cluster, linear_model, tmp_path, write_inputs, drop_pool):
+    inputs = write_inputs(tmp_path / "in", objects=4)
+    # Two pooled actors of one CPU each: every CPU of the two-node cluster, held while idle.
+    pooled = RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=1, keep_warm_s=600))
+    assert run_transform(_spec(linear_model, inputs, tmp_path / "a"), engine=pooled).ok
+    # Another job needing both CPUs runs now, not after the pool's idle time: it evicts the idle pool.
+    other = RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=1))
+    report = run_transform(_spec(linear_model, inputs, tmp_path / "b", max_batch_size=2), engine=other)
+    assert report.ok, report.summary()
+    assert set(pooled.timeline.actor_pids.values()).isdisjoint(other.timeline.actor_pids.values())
+
+
+def test_pool_key_follows_settings_and_artifact_not_job_location(linear_model, tmp_path, write_inputs):
+    import shutil
+
+    from tfbatch.engines.ray_warm import pool_key
+
+    linear_model = shutil.copytree(linear_model, tmp_path / "model")  # touched below
+    inputs = write_inputs(tmp_path / "in", objects=1)
+    res, env = {"cpus": 1}, {}
+    key = pool_key(_spec(linear_model, inputs, tmp_path / "a"), res, env)
+    assert key is not None
+    same_model_other_place = _spec(linear_model, tmp_path / "other-in", tmp_path / "b", resume=False,
+                                   retry_failed=True, max_error_rate=0.1)
+    assert pool_key(same_model_other_place, res, env) == key
+    assert pool_key(_spec(linear_model, inputs, tmp_path / "a", max_batch_size=8), res, env) != key
+    assert pool_key(_spec(linear_model, inputs, tmp_path / "a", instance_count=3), res, env) != key
+    assert pool_key(_spec(linear_model, inputs, tmp_path / "a"), {"cpus": 2}, env) != key
+    assert pool_key(_spec(linear_model, inputs, tmp_path / "a"), res, {"AWS_REGION": "x"}) != key
+    # The same path with a re-exported model is another key.
+    model_file = next(p for p in Path(linear_model).rglob("*") if p.is_file())
+    stat = model_file.stat()
+    os.utime(model_file, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert pool_key(_spec(linear_model, inputs, tmp_path / "a"), res, env) != key
+    # No key when the artifact cannot be inspected: such a job runs on fresh actors.
+    assert pool_key(_spec(tmp_path / "missing", inputs, tmp_path / "a"), res, env) is None
