@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--cpus-per-node", type=float, default=2,
+                        help="logical CPUs per raylet: 2 lets a warm pool and a fresh job's actors coexist "
+                             "(else the fresh job evicts the idle pool, as it should)")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
     parser.add_argument("--keep-warm-s", type=float, default=300)
     parser.add_argument("--workdir", default="/tmp/tfbatch-ray-shapes")
@@ -118,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"benchmark": "ray-vs-local-shapes", "command": "python -m benchmarks.ray.shapes "
                      + " ".join(argv if argv is not None else sys.argv[1:]),
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "nodes": args.nodes,
-                     "cpus_per_node": 1, "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
-    with LocalRayCluster(nodes=args.nodes, num_cpus=1) as cluster:
+                     "cpus_per_node": args.cpus_per_node, "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
+    with LocalRayCluster(nodes=args.nodes, num_cpus=args.cpus_per_node) as cluster:
         cluster.wait_for_nodes()
         for name, job in jobs.items():
             runs: list[dict] = []
@@ -191,7 +194,7 @@ def markdown(results: dict) -> str:
     lines = [f"# Ray engine vs local engine, whole processes, by job shape", "",
              f"`{results['command']}`", "",
              f"{results['started']}, {results['machine'].get('cpus')} CPUs, commit {results['machine'].get('git_commit')}, "
-             f"{results['nodes']} raylets x 1 CPU on this machine, load average before "
+             f"{results['nodes']} raylets x {results['cpus_per_node']:g} logical CPUs on this machine, load average before "
              f"{results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. {results['note']}", "",
              "Ratios are Ray's speed over local's in the same round (local wall / Ray wall; steady: Ray rate / local "
              "rate), median over rounds; above 1: Ray faster. `ray`: fresh actors per job (default); `ray-warm`: "

@@ -77,6 +77,15 @@ def test_second_job_reuses_the_pooled_actors_with_the_same_outputs(ray_cluster, 
     assert sorted(set(done_keys(tmp_path / "second"))) == sorted(set(done_keys(tmp_path / "cold")))
     # Counts are per job, not per process.
     assert sum(c["objects"] for c in second_engine.timeline.actor_calls.values()) == 10
+    # The same job again after its output was deleted: the reused processes make the folders again.
+    import shutil
+
+    shutil.rmtree(tmp_path / "second")
+    third_engine = _engine(ray_cluster)
+    third = run_transform(_spec(linear_model, inputs, tmp_path / "second"), engine=third_engine)
+    assert third.ok, third.summary()
+    assert third_engine.timeline.reused == {0: True, 1: True}
+    assert read_outputs(tmp_path / "second") == expected
 
 
 def test_another_model_or_setting_gets_other_actors(ray_cluster, linear_model, tmp_path, write_inputs, drop_pool):
