@@ -109,7 +109,7 @@ class InstanceActor:
         self._idle_since = time.monotonic()
         self.jobs = 0  # runs this process has made (a pooled actor: more than one)
         spec = TransformSpec(**spec_fields)
-        self.runner = InstanceRunner(spec, instance, instance_count)
+        self.runner = InstanceRunner(spec, instance, instance_count, host_instances=_host_instances(instance_count))
         self._inbox: queue.Queue = queue.Queue()  # bounded by the driver: it feeds only what is taken
         self._cond = threading.Condition()
         self._outbox: list[ObjectResult] = []
@@ -352,6 +352,21 @@ class InstanceActor:
         """Feed calls and objects this actor process was handed (since its last restart)."""
         with self._cond:
             return {**self.received, "jobs": self.jobs}
+
+
+def _host_instances(count: int) -> int:
+    """How many of the job's ``count`` instances share this machine's cores: actors are spread
+    over the alive nodes (at most ceil(count / nodes) per node), and a machine may run several
+    nodes (a test cluster on one host). Sizes the handler worker pool as the local engine does."""
+    import math
+
+    try:
+        here = ray.util.get_node_ip_address()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        on_host = sum(1 for n in nodes if n.get("NodeManagerAddress") == here) or 1
+        return max(1, min(count, math.ceil(count / max(1, len(nodes))) * on_host))
+    except Exception:  # noqa: BLE001 - unknown: share the machine with every instance, as locally
+        return count
 
 
 def _job_is_dead(job_id: str) -> bool:

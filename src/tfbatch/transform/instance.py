@@ -53,10 +53,14 @@ def _usable_cores() -> int:
 
 
 class InstanceRunner:
-    def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None):
+    def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None,
+                 host_instances: int | None = None):
         self.spec = spec
         self.instance = instance
         self.instance_count = instance_count or spec.instance_count
+        # Instances of this job sharing this machine's cores (default: all of them, as local
+        # instances do); a Ray actor on a cluster of machines shares its node with fewer.
+        self.host_instances = host_instances or self.instance_count
         self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
@@ -164,7 +168,7 @@ class InstanceRunner:
         if self.spec.handler_workers is not None:
             return self.spec.handler_workers
         # Local instances share one machine: N instances x all cores would oversubscribe it.
-        return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
+        return max(1, (os.cpu_count() or 1) // max(1, self.host_instances))
 
     def close(self) -> None:
         if self._predict is not None:

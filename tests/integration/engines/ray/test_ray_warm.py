@@ -263,3 +263,17 @@ def test_pool_key_follows_settings_and_artifact_not_job_location(linear_model, t
     assert pool_key(_spec(linear_model, inputs, tmp_path / "a"), res, env) != key
     # No key when the artifact cannot be inspected: such a job runs on fresh actors.
     assert pool_key(_spec(tmp_path / "missing", inputs, tmp_path / "a"), res, env) is None
+
+
+def test_actor_sizes_its_handler_pool_by_the_instances_on_its_machine(ray_cluster):
+    """Both raylets of the test cluster run on this one machine: two instances share its cores,
+    one alone has them all (on a cluster of machines, one instance per node has its node's)."""
+    import ray
+
+    from tfbatch.engines.ray_actor import _host_instances
+
+    ray.init(address=ray_cluster.address, logging_level="ERROR", log_to_driver=False)
+    probe = ray.remote(num_cpus=0)(_host_instances)
+    assert ray.get(probe.remote(1)) == 1
+    assert ray.get(probe.remote(2)) == 2
+    assert ray.get(probe.remote(4)) == 4
