@@ -136,6 +136,7 @@ class EnvironmentValues(pydantic.BaseModel):
     ray_reader_cpus: Amount = _var("TFBATCH_RAY_READER_CPUS")
     ray_remote_read: Bool = _var("TFBATCH_RAY_REMOTE_READ")
     ray_logs: Bool = _var("TFBATCH_RAY_LOGS")
+    ray_keep_warm_s: Amount = _var("TFBATCH_RAY_KEEP_WARM_S")  # engines/ray_warm.py: pooled actors' idle life
     archive_max_members: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_MEMBERS")
     archive_max_bytes: PositiveInt = _var("TFBATCH_ARCHIVE_MAX_BYTES")
     # The resume ledger's group commit (transform/ledger.py): objects per journal record, and

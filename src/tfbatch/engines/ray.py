@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from tfbatch.errors import DependencyMissing
+from tfbatch.errors import ConfigError, DependencyMissing
 from tfbatch.settings import Environment
 from tfbatch.transform.engine import Emit
 from tfbatch.transform.plan import JobInputs
@@ -75,6 +76,9 @@ class RayOptions:
     forward_env: bool = True
     spread: bool = True  # one instance per node where possible, as SageMaker instances are
     log_to_driver: bool = False  # workers' logs on this process's stderr, when this process starts Ray
+    # > 0: instance actors stay on the cluster, model loaded, this long after their job, and the
+    # next job with the same model and settings reuses them (ray_warm.py); 0: one set per job.
+    keep_warm_s: float = 0.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides) -> "RayOptions":
@@ -88,8 +92,13 @@ class RayOptions:
         }
         if environment.ray_logs is not None:
             fields["log_to_driver"] = environment.ray_logs
+        if environment.ray_keep_warm_s is not None:
+            fields["keep_warm_s"] = environment.ray_keep_warm_s
         fields.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**fields)
+        options = cls(**fields)
+        if not options.keep_warm_s >= 0:
+            raise ConfigError(f"keep_warm_s: expected seconds >= 0, got {options.keep_warm_s}")
+        return options
 
 
 def forwarded_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -113,6 +122,17 @@ class RunTimeline:
     actor_pids: dict[int, int] = field(default_factory=dict)
     # What each actor process says it was handed: {"calls": n, "objects": n}, per instance.
     actor_calls: dict[int, dict[str, int]] = field(default_factory=dict)
+    # Wall-clock times (time.time()) of the run's steps, for start-up breakdowns: the driver's
+    # ("run", "connected", "actors_submitted", "ready_<i>", "first_feed", "first_result", "end")
+    # and each actor's own (``InstanceActor.marks``: process start, model loaded, first key ...).
+    marks: dict[str, float] = field(default_factory=dict)
+    actor_marks: dict[int, dict[str, float]] = field(default_factory=dict)
+    # Per instance: True when it ran on a pooled actor that had already run another job (warm).
+    reused: dict[int, bool] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        """Record when ``name`` first happened (later calls keep the first time)."""
+        self.marks.setdefault(name, time.time())
 
 
 class RayEngine:
@@ -127,6 +147,8 @@ class RayEngine:
 
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
+        self.timeline = RunTimeline()
+        self.timeline.mark("run")
         ray = _ray()
         owns = not ray.is_initialized()
         if owns:
@@ -136,6 +158,7 @@ class RayEngine:
             extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
             ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
                      logging_level=logging.WARNING, **extra)
+        self.timeline.mark("connected")
         try:
             from tfbatch.engines.ray_job import RayJob
 

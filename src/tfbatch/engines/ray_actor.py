@@ -54,6 +54,8 @@ DELIVER_AFTER_S = 1.0
 # A take with nothing to say still answers after this long, so a driver whose call went to
 # a restarted actor learns the new incarnation even if nothing else would wake it.
 TAKE_TIMEOUT_S = 5.0
+# How often a pooled actor checks its lessee's driver and its own idle time.
+WATCH_EVERY_S = 0.5
 
 
 
@@ -92,14 +94,22 @@ class Answer:
 class InstanceActor:
     """One instance of the job; no method raises for an object's failure (failures are results)."""
 
-    def __init__(self, spec_fields: dict, instance: int, instance_count: int):
+    def __init__(self, spec_fields: dict, instance: int, instance_count: int, keep_warm_s: float = 0.0):
+        self._marks = {"process_start": _process_start(), "init": time.time()}
         from tfbatch.transform.instance import InstanceRunner
 
         self.instance = instance
         self.incarnation = uuid.uuid4().hex
         self.fatal: str | None = None
+        # keep_warm_s > 0: a pooled actor (warm.py). Its model stays loaded between jobs; each
+        # job leases it, runs, releases it; idle that long, or its lessee's driver gone, it exits.
+        self.keep_warm_s = keep_warm_s
+        self.lessee: str | None = None  # the leasing job's token
+        self.lessee_job: str | None = None  # and its Ray job id, watched while leased
+        self._idle_since = time.monotonic()
+        self.jobs = 0  # runs this process has made (a pooled actor: more than one)
         spec = TransformSpec(**spec_fields)
-        self.runner = InstanceRunner(spec, instance, instance_count)
+        self.runner = InstanceRunner(spec, instance, instance_count, host_instances=_host_instances(instance_count))
         self._inbox: queue.Queue = queue.Queue()  # bounded by the driver: it feeds only what is taken
         self._cond = threading.Condition()
         self._outbox: list[ObjectResult] = []
@@ -107,6 +117,7 @@ class InstanceActor:
         self._taken = 0
         self._took_chunk = False  # the runner took a chunk since the last answer: the driver refills
         self._summary: InstanceSummary | None = None
+        self._running = False
         self._staged: dict[str, str] = {}  # key -> memory:// copy of a pre-read object
         self.received = {"calls": 0, "objects": 0}
         try:
@@ -116,7 +127,22 @@ class InstanceActor:
             self.fatal = f"{type(exc).__name__}: {exc}"
             self._summary = InstanceSummary(instance=instance, fatal=self.fatal)
             return
-        threading.Thread(target=self._run, daemon=True, name=f"instance-{instance}").start()
+        self._marks["opened"] = time.time()
+        if keep_warm_s > 0:
+            threading.Thread(target=self._watch, daemon=True, name="warm-watch").start()
+        else:
+            self._start_run()
+
+    def _start_run(self) -> None:
+        """A new run: empty inbox and outbox, counts from zero (the caller holds no lock)."""
+        with self._cond:
+            self._inbox = queue.Queue()
+            self._outbox, self._oldest, self._taken, self._took_chunk = [], None, 0, False
+            self._summary = None
+            self._running = True
+            self.jobs += 1
+            self.received = {"calls": 0, "objects": 0}
+        threading.Thread(target=self._run, daemon=True, name=f"instance-{self.instance}").start()
 
     # ---- the one run ---------------------------------------------------------------------
 
@@ -131,27 +157,116 @@ class InstanceActor:
                 end_at = chunk.fed
                 continue
             with self._cond:
+                self._marks.setdefault("first_key", time.time())
                 self._taken += len(chunk)
                 self._took_chunk = True
                 self._cond.notify_all()
             yield from chunk
 
     def _run(self) -> None:
+        failed = False
         try:
             summary = self.runner.run(self._finished, refs=self._keys())
         except BaseException as exc:  # noqa: BLE001 - the instance's failure, reported to the driver
+            failed = True
             summary = InstanceSummary(instance=self.instance, fatal=f"{type(exc).__name__}: {exc}")
         finally:
-            self.runner.close()
+            if self.keep_warm_s <= 0:
+                self.runner.close()
         with self._cond:
+            self._marks["run_end"] = time.time()
             self._summary = summary
+            self._running = False
+            if failed and self.keep_warm_s > 0:
+                self.fatal = summary.fatal  # not leased again: its runner may be broken
             self._cond.notify_all()
+
+    # ---- a pooled (warm) actor -------------------------------------------------------------
+
+    def lease(self, token: str, job_id: str, spec_fields: dict) -> Answer | None:
+        """Run the job ``spec_fields`` next, for the driver ``token`` of Ray job ``job_id``; None if busy.
+
+        The caller (warm.py) only leases an actor whose name says the spec matches the one it
+        was opened with in everything but where the job reads and writes."""
+        with self._cond:
+            if self.fatal is not None:
+                return Answer(self.incarnation, 0, summary=InstanceSummary(instance=self.instance, fatal=self.fatal))
+            if self.lessee is not None or self._running:
+                return None
+            self.lessee, self.lessee_job = token, job_id
+            self.incarnation = uuid.uuid4().hex  # answers from an earlier job's run cannot match
+            self._marks = {"process_start": self._marks["process_start"], "init": self._marks["init"],
+                           "opened": self._marks.get("opened", 0.0), "leased": time.time()}
+        for staged in self._staged.values():
+            fsspec.filesystem("memory").rm_file(staged)
+        self._staged = {}
+        try:
+            self.runner.rebind(TransformSpec(**spec_fields))
+        except Exception as exc:  # noqa: BLE001 - reported as the instance's failure
+            with self._cond:
+                self.fatal = f"{type(exc).__name__}: {exc}"
+                return Answer(self.incarnation, 0, summary=InstanceSummary(instance=self.instance, fatal=self.fatal))
+        self._start_run()
+        return Answer(self.incarnation, 0)
+
+    def release(self, token: str) -> bool:
+        """The job ``token`` is over: idle (warm) again. False if it was not the lessee or its run is not over."""
+        with self._cond:
+            if self.lessee != token or self._running:
+                return False
+            self.lessee = self.lessee_job = None
+            self._idle_since = time.monotonic()
+            return True
+
+    def evict(self) -> bool:
+        """Exit now if idle (another job needs the resources this actor holds); False if busy."""
+        with self._cond:
+            if self.lessee is not None or self._running:
+                return False
+            self.lessee = "exiting"
+
+        def leave() -> None:
+            self.runner.close()
+            self._exit("evicted for another job")
+
+        threading.Thread(target=leave, daemon=True, name="evict").start()
+        return True
+
+    def _watch(self) -> None:
+        """Exit for good once idle ``keep_warm_s``, or at once when the leasing driver is gone.
+
+        A driver killed mid-job leaves no run behind writing outputs (as a local worker exits
+        with its parent): its resumed run may start as soon as it likes."""
+        while True:
+            time.sleep(WATCH_EVERY_S)
+            with self._cond:
+                job, idle = self.lessee_job, self.lessee is None and not self._running
+                idle_for = time.monotonic() - self._idle_since
+            if job is not None and _job_is_dead(job):
+                self._exit(f"its job {job} ended without releasing it")
+            if idle and idle_for >= self.keep_warm_s:
+                with self._cond:  # a lease may have come in meanwhile
+                    if self.lessee is None and not self._running:
+                        self.lessee = "exiting"
+                    else:
+                        continue
+                self.runner.close()  # handler worker processes and the model, before the process goes
+                self._exit(f"idle {idle_for:.0f} s")
+
+    def _exit(self, why: str) -> None:
+        import logging
+
+        logging.getLogger(__name__).info("pooled instance actor exits: %s", why)
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+        time.sleep(10)  # the kill lands first (an exit of our own would be taken for a crash and restarted)
+        os._exit(0)
 
     def _finished(self, result: ObjectResult) -> None:
         staged = self._staged.pop(result.key, None)
         if staged is not None:
             fsspec.filesystem("memory").rm_file(staged)
         with self._cond:
+            self._marks.setdefault("first_result", time.time())
             self._outbox.append(result)
             if self._oldest is None:
                 self._oldest = time.monotonic()
@@ -228,10 +343,52 @@ class InstanceActor:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def marks(self) -> dict[str, float]:
+        """Wall-clock times of this process's steps (process start, model loaded, first key, ...)."""
+        with self._cond:
+            return dict(self._marks)
+
     def calls_received(self) -> dict[str, int]:
         """Feed calls and objects this actor process was handed (since its last restart)."""
         with self._cond:
-            return dict(self.received)
+            return {**self.received, "jobs": self.jobs}
+
+
+def _host_instances(count: int) -> int:
+    """How many of the job's ``count`` instances share this machine's cores: actors are spread
+    over the alive nodes (at most ceil(count / nodes) per node), and a machine may run several
+    nodes (a test cluster on one host). Sizes the handler worker pool as the local engine does."""
+    import math
+
+    try:
+        here = ray.util.get_node_ip_address()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        on_host = sum(1 for n in nodes if n.get("NodeManagerAddress") == here) or 1
+        return max(1, min(count, math.ceil(count / max(1, len(nodes))) * on_host))
+    except Exception:  # noqa: BLE001 - unknown: share the machine with every instance, as locally
+        return count
+
+
+def _job_is_dead(job_id: str) -> bool:
+    try:
+        gcs = ray._private.worker.global_worker.gcs_client
+        infos = gcs.get_all_job_info(job_or_submission_id=job_id, skip_submission_job_info_field=True,
+                                     skip_is_running_tasks_field=True, timeout=10)
+    except Exception:  # noqa: BLE001 - the GCS briefly unreachable is not the job's death
+        return False
+    for info in infos.values():
+        if info.job_id.hex() == job_id:
+            return bool(info.is_dead)
+    return False
+
+
+def _process_start() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - a timeline fact only
+        return time.time()
 
 
 def actor_class():

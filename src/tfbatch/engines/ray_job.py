@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class _Instance:
     restarts: int = 0
     taking: bool = False  # a take() call is out
     reviving: bool = False  # restarted: waiting for the new process's first answer
+    pooled: bool = False  # a pooled (warm) actor this job leased (ray_warm.py)
 
 
 class RayJob:
@@ -69,29 +71,73 @@ class RayJob:
         self.exhausted = False
         self.runtime_env = {"env_vars": forwarded_env()} if options.forward_env else None
         self.started = time.monotonic()
+        self.pool_key = None
+        if options.keep_warm_s > 0:
+            from tfbatch.engines.ray_warm import pool_key
+
+            resources = {"cpus": options.cpus_per_instance, "gpus": options.gpus_per_instance,
+                         "spread": options.spread, "max_restarts": options.max_restarts}
+            self.pool_key = pool_key(spec, resources, forwarded_env() if options.forward_env else {})
+        self.token = uuid.uuid4().hex  # this job, to the pooled actors it leases
+        self.job_id = self.ray.get_runtime_context().get_job_id()
 
     # ---- set-up ---------------------------------------------------------------------------
+
+    def _actor_options(self) -> dict:
+        opts = self.options
+        kwargs = dict(
+            num_cpus=opts.cpus_per_instance, num_gpus=opts.gpus_per_instance,
+            # Ray restarts a dead actor; its calls are not re-run by Ray (max_task_retries=0):
+            # the driver knows which objects the dead process held and feeds them again.
+            max_restarts=opts.max_restarts, max_task_retries=0,
+            # A take() long-polls beside feed() and end() calls.
+            max_concurrency=8,
+        )
+        if self.runtime_env:
+            kwargs["runtime_env"] = self.runtime_env
+        if opts.spread:
+            kwargs["scheduling_strategy"] = "SPREAD"
+        return kwargs
 
     def _start_actors(self) -> None:
         from tfbatch.engines.ray_actor import actor_class
 
-        opts = self.options
         cls = actor_class()
+        try:
+            from tfbatch.engines.ray_warm import make_room
+
+            make_room(self.n * self.options.cpus_per_instance, self.n * self.options.gpus_per_instance,
+                      keep_key=self.pool_key)
+        except Exception:  # noqa: BLE001 - only an optimisation: the actors then wait for resources
+            log.debug("could not make room for this job's actors", exc_info=True)
         for st in self.inst:
-            kwargs = dict(
-                num_cpus=opts.cpus_per_instance, num_gpus=opts.gpus_per_instance,
-                # Ray restarts a dead actor; its calls are not re-run by Ray (max_task_retries=0):
-                # the driver knows which objects the dead process held and feeds them again.
-                max_restarts=opts.max_restarts, max_task_retries=0,
-                # A take() long-polls beside feed() and end() calls.
-                max_concurrency=8,
-            )
-            if self.runtime_env:
-                kwargs["runtime_env"] = self.runtime_env
-            if opts.spread:
-                kwargs["scheduling_strategy"] = "SPREAD"
-            st.actor = cls.options(**kwargs).remote(self.spec.model_dump(), st.index, self.n)
-            self._call("ready", st, st.actor.ready.remote())
+            if self.pool_key is not None:
+                from tfbatch.engines.ray_warm import NAMESPACE, actor_name
+
+                # The pool's actor for this instance, started now if there is none: either way
+                # it is leased before anything is fed (reviving until the lease answers).
+                st.actor = cls.options(**self._actor_options(), name=actor_name(self.pool_key, st.index, self.n),
+                                       namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
+                    self.spec.model_dump(), st.index, self.n, self.options.keep_warm_s)
+                st.pooled = st.reviving = True
+                self._lease(st)
+            else:
+                self._start_fresh(st, cls)
+        self.timeline.mark("actors_submitted")
+
+    def _lease(self, st: _Instance, retries: int = 0) -> None:
+        call = st.actor.lease.options(max_task_retries=retries) if retries else st.actor.lease
+        self._call("lease", st, call.remote(self.token, self.job_id, self.spec.model_dump()))
+
+    def _start_fresh(self, st: _Instance, cls=None) -> None:
+        """An actor of this job alone, ended with it (no pool)."""
+        if cls is None:
+            from tfbatch.engines.ray_actor import actor_class
+
+            cls = actor_class()
+        st.pooled = False
+        st.actor = cls.options(**self._actor_options()).remote(self.spec.model_dump(), st.index, self.n)
+        self._call("ready", st, st.actor.ready.remote())
 
     def _inputs(self, inputs: JobInputs) -> Iterator[tuple[int, ObjectRef]]:
         for pair in inputs:
@@ -99,6 +145,7 @@ class RayJob:
             yield pair
         self.timeline.listed = inputs.listed
         self.timeline.listing_done_s = time.monotonic() - self.started
+        self.timeline.mark("listing_done")
 
     # ---- the loop -------------------------------------------------------------------------
 
@@ -114,7 +161,25 @@ class RayJob:
                 self.summaries[i].skipped += skipped
             return self._finish()
         finally:
-            for st in self.inst:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """End the job's actors: release pooled ones whose run is over, kill the rest."""
+        releases = {}
+        for st in self.inst:
+            if st.pooled and st.done and st.index not in self.fatal and st.incarnation is not None:
+                try:
+                    releases[st.index] = st.actor.release.remote(self.token)
+                except Exception:  # noqa: BLE001 - gone: killed below
+                    pass
+        for st in self.inst:
+            released = False
+            if st.index in releases:
+                try:
+                    released = bool(self.ray.get(releases[st.index], timeout=30))
+                except Exception:  # noqa: BLE001 - not released: killed
+                    released = False
+            if not released and st.actor is not None:
                 try:
                     self.ray.kill(st.actor, no_restart=True)
                 except Exception:  # already gone
@@ -190,6 +255,7 @@ class RayJob:
         st.fed += len(refs)
         self._call("feed", st, st.actor.feed.remote(items, data), refs)
         self.timeline.calls += 1
+        self.timeline.mark("first_feed")
 
     def _take(self, st: _Instance) -> None:
         if not st.done and not st.taking and not st.reviving:
@@ -218,8 +284,18 @@ class RayJob:
             if epoch != st.epoch or st.done:
                 continue  # an answer from before a restart the driver already handled
             if kind == "ready":
+                self.timeline.mark(f"ready_{i}")
                 if answer:
                     self.fatal[i] = answer
+            elif kind == "lease":
+                self.timeline.mark(f"ready_{i}")
+                if answer is None:
+                    # Another job holds the pooled actor: this instance runs on one of its own.
+                    log.info("instance %d: the pooled actor is busy with another job; starting a fresh one", i)
+                    st.reviving, st.incarnation = False, None
+                    self._start_fresh(st)
+                    continue
+                self._on_answer(st, answer)
             elif kind in ("feed", "take"):
                 self._on_answer(st, answer)
             self._take(st)  # one take always out (none while reviving, or once done)
@@ -286,6 +362,9 @@ class RayJob:
         # retries until the new process answers goes first; its answer names the new
         # incarnation, and only then do the chunks (and a take) follow.
         st.reviving = True
+        if st.pooled:
+            self._lease(st, REVIVE_RETRIES)  # the new process is not this job's until leased
+            return
         probe = st.actor.feed.options(max_task_retries=REVIVE_RETRIES).remote([], None)
         self._call("feed", st, probe)
 
@@ -306,11 +385,13 @@ class RayJob:
         if self.timeline.first_result_s is None:
             self.timeline.first_result_s = time.monotonic() - self.started
             self.timeline.listed_at_first_result = self.timeline.listed
+            self.timeline.mark("first_result")
         self.summaries[i].count(result)
         self.emit(result)
 
     def _finish(self) -> list[InstanceSummary]:
         seconds = time.monotonic() - self.started
+        self.timeline.mark("end")
         for st in self.inst:
             s = self.summaries[st.index]
             s.seconds = seconds
@@ -319,6 +400,8 @@ class RayJob:
                 try:  # facts for the timeline only; the outputs and the ledger are complete
                     self.timeline.actor_pids[st.index] = self.ray.get(st.actor.pid.remote(), timeout=30)
                     self.timeline.actor_calls[st.index] = self.ray.get(st.actor.calls_received.remote(), timeout=30)
+                    self.timeline.actor_marks[st.index] = self.ray.get(st.actor.marks.remote(), timeout=30)
+                    self.timeline.reused[st.index] = self.timeline.actor_calls[st.index].get("jobs", 1) > 1
                 except Exception:
                     log.debug("no timeline facts from instance %d", st.index, exc_info=True)
         return self.summaries

@@ -79,7 +79,11 @@ class OutputLock:
         folder = os.path.join(self.prefix, "_tfbatch")
         make_dirs(folder)
         path = os.path.join(folder, "lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # make_dirs remembers folders per process: this one was deleted since
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -70,10 +70,14 @@ def _freeze_heap() -> None:
 
 
 class InstanceRunner:
-    def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None):
+    def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None,
+                 host_instances: int | None = None):
         self.spec = spec
         self.instance = instance
         self.instance_count = instance_count or spec.instance_count
+        # Instances of this job sharing this machine's cores (default: all of them, as local
+        # instances do); a Ray actor on a cluster of machines shares its node with fewer.
+        self.host_instances = host_instances or self.instance_count
         self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
@@ -155,6 +159,22 @@ class InstanceRunner:
             self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
         return artifact
 
+    def rebind(self, spec: TransformSpec) -> "InstanceRunner":
+        """Run another job on the loaded model (a pooled Ray actor): ``spec`` must equal the one
+        opened with in all but where the job reads and writes (the caller checks). The ledger,
+        the per-object pipeline and the predict stage are the new job's own."""
+        from tfbatch.storage.s3options import set_job_options
+
+        assert self.invoker is not None, "call open() first"
+        if self._predict is not None:
+            self._predict.close()
+            self._predict = None
+        self.spec = spec
+        set_job_options(kms_key_id=spec.kms_key_id)
+        self.ledger = Ledger.for_spec(spec, instance=self.instance)
+        self.pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
+        return self
+
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
         if self.handler_workers() <= 0:
@@ -192,7 +212,7 @@ class InstanceRunner:
         if self.spec.handler_workers is not None:
             return self.spec.handler_workers
         # Local instances share one machine: N instances x all cores would oversubscribe it.
-        return max(1, (os.cpu_count() or 1) // max(1, self.instance_count))
+        return max(1, (os.cpu_count() or 1) // max(1, self.host_instances))
 
     def close(self) -> None:
         if self._predict is not None:

@@ -65,7 +65,13 @@ class JournalWriter:
     def _append_local(self, line: bytes) -> None:
         if self._fd is None:
             make_dirs(self.folder)
-            self._fd = os.open(self.uri, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+            try:
+                self._fd = os.open(self.uri, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+            except FileNotFoundError:
+                # make_dirs remembers folders per process: a long-lived one (a pooled Ray actor,
+                # a Python session) whose earlier job's output was deleted makes it again.
+                os.makedirs(self.folder, exist_ok=True)
+                self._fd = os.open(self.uri, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
             os.fsync(self._fd)
             dir_fd = os.open(self.folder, os.O_RDONLY)
             try:
