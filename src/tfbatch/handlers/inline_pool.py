@@ -5,7 +5,8 @@ A worker process pays for every module the script imports. A script that imports
 record: on a small machine that start-up is most of a job's CPU (measured in
 benchmarks/transform/profile/perf.md). This process has TensorFlow loaded already, so there
 the hooks cost only their own work. ``InlinePool`` runs the same ``Worker`` steps as a worker
-process (pool_worker.py) on the caller's thread, so the answers are the ones the pool gives:
+process (pool_worker.py) on a thread of its own per hop (so a request's timeout still holds),
+so the answers are the ones the pool gives:
 ``PooledService`` still decodes a whole hop, makes one joint model call and encodes the
 hop's responses, and only the process the hooks run in changes.
 """
@@ -70,12 +71,24 @@ class InlinePool:
         if step == "input":
             # A worker process receives the out-of-band body as a memoryview: the same here.
             items = [(_view(item[0]), *item[1:]) for item in items]
-        results = self.worker.run(step, items)
-        with self._lock:
-            self.hops += 1
         future: Future = Future()
         future.where = WHERE  # type: ignore[attr-defined]
-        future.set_result(results)
+
+        def run() -> None:
+            try:
+                results = self.worker.run(step, items)
+            except BaseException as exc:  # noqa: BLE001 - the caller's result() raises it, as a worker's would
+                future.set_exception(exc)
+                return
+            with self._lock:
+                self.hops += 1
+            future.set_result(results)
+
+        # Each hop on a thread of its own, so the caller's wait keeps InvocationsTimeoutInSeconds
+        # for a hook that never returns: the request then answers 504 (retried, then an error
+        # line), as with a worker process. Unlike a worker, a stuck thread cannot be killed; it
+        # is a daemon and its late result is dropped. One thread start per hop of many records.
+        threading.Thread(target=run, name="inline-hooks", daemon=True).start()
         return future
 
     def close(self) -> None:
