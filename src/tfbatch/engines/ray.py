@@ -33,6 +33,7 @@ on the model; docs/ray.md describes moving handler code out as well.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -159,6 +160,7 @@ class RayEngine:
             ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
                      logging_level=logging.WARNING, **extra)
         self.timeline.mark("connected")
+        job = None
         try:
             from tfbatch.engines.ray_job import RayJob
 
@@ -166,4 +168,10 @@ class RayEngine:
             return job.run(inputs)
         finally:
             if owns:
+                # Ray ends the whole process when an actor handle or object ref is freed after
+                # ray.shutdown() (core_worker_process.cc: "The core worker has already been
+                # shutdown ... The process will exit"), on whatever thread frees it: the job's
+                # handles and refs (some in reference cycles) go while Ray is still up.
+                job = None
+                gc.collect()
                 ray.shutdown()
