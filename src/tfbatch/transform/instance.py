@@ -66,7 +66,29 @@ def _freeze_heap() -> None:
     """
     import gc
 
-    gc.freeze()
+    global _FROZEN
+    with _FREEZE_LOCK:
+        _FROZEN += 1
+        gc.freeze()
+
+
+def _thaw_heap() -> None:
+    """Undo ``_freeze_heap`` once the last open runner of this process closes.
+
+    A process that runs job after job (a notebook, the SDK, a pooled Ray actor) would otherwise
+    keep for good whatever garbage the earlier jobs left in reference cycles at the time of a
+    freeze, a previous job's model included: unfrozen, the collector frees it as usual."""
+    import gc
+
+    global _FROZEN
+    with _FREEZE_LOCK:
+        _FROZEN = max(0, _FROZEN - 1)
+        if _FROZEN == 0:
+            gc.unfreeze()
+
+
+_FROZEN = 0  # open runners of this process that froze the heap
+_FREEZE_LOCK = threading.Lock()
 
 
 class InstanceRunner:
@@ -78,6 +100,7 @@ class InstanceRunner:
         # Instances of this job sharing this machine's cores (default: all of them, as local
         # instances do); a Ray actor on a cluster of machines shares its node with fewer.
         self.host_instances = host_instances or self.instance_count
+        self._froze = False  # this runner froze the heap at open (_freeze_heap)
         self.ledger = Ledger.for_spec(spec, instance=instance)
         self.stack = None
         self.invoker: Invoker | None = None
@@ -138,6 +161,7 @@ class InstanceRunner:
         )
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         _freeze_heap()
+        self._froze = True
         return self
 
     def _open_artifact(self):
@@ -215,6 +239,9 @@ class InstanceRunner:
         return max(1, (os.cpu_count() or 1) // max(1, self.host_instances))
 
     def close(self) -> None:
+        if self._froze:
+            self._froze = False
+            _thaw_heap()
         if self._predict is not None:
             self._predict.close()
             self._predict = None
