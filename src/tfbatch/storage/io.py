@@ -2,8 +2,9 @@
 
 An output object must never be seen half-written: the ledger and a resumed job treat "the
 object exists" as "the object is done". Locally that is a temporary file renamed over the
-target; on S3 it is one PUT, or a multipart upload completed only after the last part
-(and aborted on any error, so no parts linger to be billed).
+target (or, for a job's many small outputs, an unnamed ``O_TMPFILE`` linked into place); on
+S3 it is one PUT, or a multipart upload completed only after the last part (and aborted on
+any error, so no parts linger to be billed).
 """
 
 from __future__ import annotations
@@ -309,10 +310,10 @@ def _syncfs():
 def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
     folder = os.path.dirname(path) or "."
     make_dirs(folder)
-    tmp = os.path.join(folder, temp_name(os.path.basename(path)))
     if not durable and isinstance(data, (list, tuple)) and all(isinstance(c, bytes) for c in data):
-        _write_small_local(folder, tmp, path, data)
+        _write_small_local(folder, path, data)
         return
+    tmp = os.path.join(folder, temp_name(os.path.basename(path)))
     fd = _create_temp(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -329,13 +330,78 @@ def _atomic_write_local(path: str, data: Any, durable: bool = True) -> None:
         _fsync_dir(folder)  # the rename itself
 
 
-def _write_small_local(folder: str, tmp: str, path: str, parts: list[bytes] | tuple[bytes, ...]) -> None:
-    # The many-small-outputs case (the ledger makes the group durable later): open, write,
-    # close, rename on raw descriptors, skipping the buffered file object's fstat and flushes.
+# Per process: the descriptor of /proc/self/fd (which names the opener's own table, so a
+# forked child opens its own), and the folders whose filesystem refused O_TMPFILE.
+_PROC_FD: tuple[int, int] | None = None
+_NO_TMPFILE: set[str] = set()
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
+def _proc_fd() -> int:
+    global _PROC_FD
+    state = _PROC_FD
+    if state is None or state[0] != os.getpid():
+        state = _PROC_FD = (os.getpid(), os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    return state[1]
+
+
+def _write_unnamed_local(folder: str, path: str, view: memoryview) -> bool:
+    """Write ``view`` into an unnamed file in ``folder`` (Linux ``O_TMPFILE``), then give it
+    its name with one ``linkat``: complete or absent, like a renamed temporary file, at one
+    directory change instead of two (create, rename), and the directory is not locked while
+    the filesystem allocates the inode. A killed process leaves nothing behind (the kernel
+    frees an unnamed file), so no ``.tmp`` is left to clean up. False where the platform or
+    the filesystem has no ``O_TMPFILE`` (the caller then uses a named temporary file)."""
+    if not _O_TMPFILE or folder in _NO_TMPFILE:
+        return False
+    try:
+        fd = os.open(folder, _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o666)
+    except FileNotFoundError:
+        raise
+    except OSError:  # EOPNOTSUPP, EISDIR (kernel without it), EINVAL: not this filesystem
+        _NO_TMPFILE.add(folder)
+        return False
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+        try:
+            proc = _proc_fd()
+        except OSError:  # no /proc: the file cannot be named
+            _NO_TMPFILE.add(folder)
+            return False
+        try:
+            os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
+        except FileExistsError:
+            # A rewrite (a resumed or repeated job): linkat never replaces, so name it
+            # beside the target and rename over it, still atomic for readers.
+            tmp = os.path.join(folder, temp_name(os.path.basename(path)))
+            os.link(str(fd), tmp, src_dir_fd=proc, follow_symlinks=True)
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                _unlink_if_there(tmp)
+                raise
+    finally:
+        os.close(fd)
+    return True
+
+
+def _write_small_local(folder: str, path: str, parts: list[bytes] | tuple[bytes, ...]) -> None:
+    # The many-small-outputs case (the ledger makes the group durable later): raw descriptors,
+    # skipping the buffered file object's fstat and flushes; an unnamed file linked into place
+    # where the filesystem can, else a named temporary file renamed over the target.
+    data = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
+    try:
+        if _write_unnamed_local(folder, path, data):
+            return
+    except FileNotFoundError:  # the folder was removed behind our back: made again below
+        _MADE_DIRS.discard(folder)
+        make_dirs(folder)
+    tmp = os.path.join(folder, temp_name(os.path.basename(path)))
     fd = _create_temp(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
     try:
         try:
-            view = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
+            view = data
             while view:
                 view = view[os.write(fd, view):]
         finally:

@@ -268,3 +268,86 @@ def test_non_durable_local_write_is_still_atomic_and_complete(tmp_path):
     atomic_write(str(target), [b"a", b"b"], durable=False)
     assert read_bytes(str(target)) == b"ab"
     assert [p.name for p in target.parent.iterdir()] == ["marker"]  # no temp file left
+
+
+def test_small_local_writes_replace_existing_and_leave_only_targets(tmp_path):
+    """The many-small-outputs path (``durable=False``, byte parts): a rewrite of an existing
+    output (a resumed job) replaces it whole; nothing but the targets is left in the folder."""
+    folder = tmp_path / "out"
+    for round_ in range(2):
+        for i in range(20):
+            atomic_write(str(folder / f"{i}.out"), [b"round", str(round_).encode(), b"-", str(i).encode()], durable=False)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(f"{i}.out" for i in range(20))
+    assert all((folder / f"{i}.out").read_bytes() == f"round1-{i}".encode() for i in range(20))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (folder / "0.out").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_small_local_write_into_a_folder_removed_behind_our_back(tmp_path):
+    import shutil
+
+    folder = tmp_path / "gone"
+    atomic_write(str(folder / "a.out"), [b"1"], durable=False)
+    shutil.rmtree(folder)
+    atomic_write(str(folder / "b.out"), [b"2"], durable=False)
+    assert [p.name for p in folder.iterdir()] == ["b.out"]
+
+
+FORK_WRITER = """
+import os, sys
+from tfbatch.storage import atomic_write
+folder = sys.argv[1]
+atomic_write(os.path.join(folder, "parent-first.out"), [b"parent"], durable=False)
+keep = [os.open(folder, os.O_RDONLY) for _ in range(3)]  # the child's fd numbers differ
+pid = os.fork()
+if pid == 0:
+    for fd in keep:
+        os.close(fd)
+    atomic_write(os.path.join(folder, "child.out"), [b"child"], durable=False)
+    os._exit(0)
+os.waitpid(pid, 0)
+atomic_write(os.path.join(folder, "parent-after.out"), [b"parent again"], durable=False)
+"""
+
+
+def test_small_local_writes_in_a_forked_child_name_the_childs_own_file(tmp_path):
+    """The unnamed file is named through /proc/self/fd: a forked child must use its own
+    descriptor table, not the parent's (which would link whatever the parent has open)."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", FORK_WRITER, str(tmp_path)], check=True, timeout=120)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == {
+        "parent-first.out": b"parent", "child.out": b"child", "parent-after.out": b"parent again"}
+
+
+KILLED_WRITER = """
+import os, sys
+from tfbatch.storage import atomic_write
+folder, body = sys.argv[1], b"x" * 200_000
+for i in range(100_000):
+    atomic_write(os.path.join(folder, f"{i}.out"), [body], durable=False)
+    print(i, flush=True)
+"""
+
+
+def test_small_local_writes_killed_leave_only_complete_outputs(tmp_path):
+    """SIGKILL while writing outputs: every name in the folder is a whole output, and no
+    temporary file is left behind (an unnamed file dies with the process)."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if int(line) >= 50:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    names = [p.name for p in tmp_path.iterdir()]
+    assert len(names) >= 51
+    assert all(n.endswith(".out") for n in names), names
+    assert all(p.stat().st_size == 200_000 for p in tmp_path.iterdir())
