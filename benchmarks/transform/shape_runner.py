@@ -50,9 +50,30 @@ def _wait_port(port_file: Path, proc: subprocess.Popen, timeout_s: float) -> int
     raise RuntimeError(f"server did not answer /ping within {timeout_s:.0f}s")
 
 
+TRASH = ".set-aside"
+
+
+def set_aside(output: Path) -> None:
+    """Move an earlier run's output folder out of the way instead of deleting it.
+
+    On ext4, files created within a few minutes of many deletions cost up to ten times more
+    kernel CPU each (the inode allocator skips recently freed inodes one by one), so the
+    contender that ran right after an ``rmtree`` of thousands of outputs paid for it. The
+    folders are deleted once, after the last measurement (:func:`empty_trash`)."""
+    if output.exists():
+        trash = output.parent / TRASH
+        trash.mkdir(exist_ok=True)
+        output.rename(trash / f"{output.name}-{time.time_ns()}")
+
+
+def empty_trash(root: Path) -> None:
+    for trash in root.rglob(TRASH):
+        shutil.rmtree(trash, ignore_errors=True)
+
+
 def run(contender: str, job: Any, output: Path, logs: Path, tag: str, timeout_s: float) -> dict[str, Any]:
     """Run ``contender`` ("a", "b" or "c") of ``job``; a result dict (rows read back included)."""
-    shutil.rmtree(output, ignore_errors=True)
+    set_aside(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{tag}-{contender}.log"

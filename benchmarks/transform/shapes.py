@@ -365,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
             result = run_shape(shape, jobs[shape.name], workdir, args.contenders[k:] + args.contenders[:k],
                                cache, args.timeout)
             per_shape[shape.name].append(result)
+    from benchmarks.transform.shape_runner import empty_trash
+
+    empty_trash(workdir / "outputs")  # earlier runs' outputs, set aside, not deleted mid-bench
     failed = False
     for name, rounds in per_shape.items():
         runs = []

@@ -198,13 +198,18 @@ class Dataflow:
 
     # ---- driver -----------------------------------------------------------------------
 
-    def _chunk(self, objs: list[_Object], hop: int, reader: ThreadPoolExecutor, finished: Finished,
-               fallback: Fallback) -> None:
+    def _start_reads(self, objs: list[_Object], reader: ThreadPoolExecutor) -> list[Future]:
         # One task per I/O thread, each reading a run of the chunk's objects: a task per object
         # cost a Future, a queue hand-off and a wake-up each, more CPU than reading a small file.
+        # Started when the chunk is submitted, so a chunk waiting for a dataflow thread is read
+        # while the others run the model.
         runs = min(self.io_threads, len(objs))
-        for _ in reader.map(self._read_all, [objs[k::runs] for k in range(runs)]):
-            pass
+        return [reader.submit(self._read_all, objs[k::runs]) for k in range(runs)]
+
+    def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
+               fallback: Fallback, writer: ThreadPoolExecutor) -> Future:
+        for f in reads:
+            f.result()
         formed: list[_Object] = []
         for obj in objs:
             if obj.data is not None:
@@ -218,6 +223,11 @@ class Dataflow:
                 self._requests(obj)
                 formed.append(obj)
         self._predict(formed, hop)
+        # The last stage (assemble, write, record) on the writer threads: this thread goes on to
+        # the next chunk's decode and model call meanwhile, as a tf.data script's writer thread.
+        return writer.submit(self._complete_all, formed, finished)
+
+    def _complete_all(self, formed: list[_Object], finished: Finished) -> None:
         for obj in formed:
             answers = iter(obj.responses)
             answered = [(p, None, err) if err is not None else (p, next(answers), None)
@@ -241,31 +251,39 @@ class Dataflow:
         """``refs`` yields (object, had an error file); every object ends in ``finished`` once.
 
         ``threads`` chunks run at once (reads, splitting and the model overlap: TensorFlow and
-        the handler pool work off the GIL) and one more waits, so memory is bounded by chunks.
+        the handler pool work off the GIL), one more is being read and one more written, so
+        memory is bounded by chunks (``in_flight_objects``).
         """
         pending: deque[tuple[int, Future]] = deque()
-        # The hop pool is entered first so it shuts down last, after every chunk that uses it.
+
+        def settle() -> None:
+            pending.popleft()[1].result().result()  # the chunk's run, then its writes
+
+        # The hop pool is entered first so it shuts down last, after every chunk that uses it;
+        # the writer pool outlives the dataflow threads that submit to it.
         # As many hops in flight as chunks: memory stays bounded by what the chunks hold.
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-hop") as hops, \
+                ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-write") as writer, \
                 ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
             self._hop_pool = hops
             for chunk, hop in self._chunks(refs):
                 while self.max_in_flight and pending and \
                         sum(n for n, _ in pending) + len(chunk) > self.max_in_flight:
-                    pending.popleft()[1].result()
-                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reader, finished, fallback)))
-                while len(pending) > self.threads:
-                    pending.popleft()[1].result()
+                    settle()
+                reads = self._start_reads(chunk, reader)
+                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reads, finished, fallback, writer)))
+                while len(pending) > self.threads + 2:
+                    settle()
             while pending:
-                pending.popleft()[1].result()
+                settle()
 
     @property
     def in_flight_objects(self) -> int:
         """Objects read or being run at most at once: the chunks the driver keeps submitted."""
         tuner = getattr(self.predict, "tuner", None)
         size = self.batch_size if tuner is None else tuner.chosen
-        natural = size * (self.threads + 1)
+        natural = size * (self.threads + 2)
         return min(natural, max(size, self.max_in_flight)) if self.max_in_flight else natural
 
     @property

@@ -309,7 +309,7 @@ class InstanceRunner:
         chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
                      "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
-                     else "batch size x (workers + 1)"}
+                     else "batch size x (workers + 2)"}
         predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
                                                     tuner=tuner)
         return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,

@@ -127,7 +127,7 @@ def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path,
     assert auto["chosen"] == 16 and stats["max_batch_size"] == auto["chosen"] and auto["settled"]
     assert auto["probe_budget_rows"] == 60 and auto["probe_rows"] <= 60 and "budget" in auto["why"]
     assert auto["choices"] == [auto["chosen"]] and stats["workers"] >= 2
-    assert stats["in_flight_objects"] == auto["chosen"] * (stats["workers"] + 1)
+    assert stats["in_flight_objects"] == auto["chosen"] * (stats["workers"] + 2)
     assert stats["chosen_by"]["max_batch_size"] == "tuner" and "tuner: 16" in report.summary()
     # Probe batches are real work: every object was answered exactly once.
     assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 600
@@ -221,7 +221,7 @@ def test_flags_set_the_lanes_workers_and_cap_objects_in_flight(tmp_path, savedmo
                            max_concurrent_transforms=6)
     stats = _lane_stats(report)
     assert report.ok and report.succeeded == 11
-    # 6 objects in flight at most: one batch of 4 at a time, never the 16 that 3 workers + 1 allow.
+    # 6 objects in flight at most: one batch of 4 at a time, never the 20 that 3 workers + 2 allow.
     assert stats["workers"] == 3 and stats["in_flight_objects"] == 6 and stats["autotune"] is None
     assert _outs(tmp_path / "o") == _outs_of_default(tmp_path, savedmodel, images)
 
