@@ -5,8 +5,8 @@ A worker process pays for every module the script imports. A script that imports
 record: on a small machine that start-up is most of a job's CPU (measured in
 benchmarks/transform/profile/perf.md). This process has TensorFlow loaded already, so there
 the hooks cost only their own work. ``InlinePool`` runs the same ``Worker`` steps as a worker
-process (pool_worker.py) on a thread of its own per hop (so a request's timeout still holds),
-so the answers are the ones the pool gives:
+process (pool_worker.py) on a hook thread, not the caller's (so a request's timeout still
+holds), so the answers are the ones the pool gives:
 ``PooledService`` still decodes a whole hop, makes one joint model call and encodes the
 hop's responses, and only the process the hooks run in changes.
 """
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
+from queue import Empty, SimpleQueue
 from types import ModuleType
 from typing import Any
 
@@ -63,6 +65,7 @@ class InlinePool:
         self.reason = reason
         self.hops = 0
         self._lock = threading.Lock()
+        self._threads = HookThreads()
 
     def set_models(self, models: dict[str, Any]) -> None:
         self.worker.models = models
@@ -84,20 +87,74 @@ class InlinePool:
                 self.hops += 1
             future.set_result(results)
 
-        # Each hop on a thread of its own, so the caller's wait keeps InvocationsTimeoutInSeconds
-        # for a hook that never returns: the request then answers 504 (retried, then an error
-        # line), as with a worker process. Unlike a worker, a stuck thread cannot be killed; it
-        # is a daemon and its late result is dropped. One thread start per hop of many records.
-        threading.Thread(target=run, name="inline-hooks", daemon=True).start()
+        # Each hop on a hook thread, not the caller's, so the caller's wait keeps
+        # InvocationsTimeoutInSeconds for a hook that never returns: the request then answers
+        # 504 (retried, then an error line), as with a worker process. Unlike a worker, a stuck
+        # thread cannot be killed; it is a daemon and its late result is dropped.
+        self._threads.run(run)
         return future
 
     def close(self) -> None:
-        return None
+        self._threads.close()
 
     @property
     def stats(self) -> dict[str, Any]:
         return {"handler_workers": 0, "hooks": f"in-process ({self.reason})", "hops": self.hops,
-                "worker_restarts": 0, "workers_started_before_model_loaded": 0}
+                "hook_threads": self._threads.started, "worker_restarts": 0, "workers_started_before_model_loaded": 0}
+
+
+class HookThreads:
+    """Threads that run hops, kept between hops: a hop goes to an idle one, else a new one.
+
+    A thread per hop cost the caller a ``Thread.start``, which waits until the new thread has
+    taken the GIL once: behind the hooks and the model's Python, a quarter of a dataflow
+    thread's time on the scripted JPEG job (benchmarks/transform/profile/writes.md). A thread
+    whose hook never returns is never idle again, so it cannot hold up later hops: they get
+    another thread. An idle thread ends after ``idle_s``, and every idle one at ``close``.
+    """
+
+    def __init__(self, idle_s: float = 30.0, name: str = "inline-hooks"):
+        self.idle_s = idle_s
+        self.name = name
+        self.started = 0  # threads started so far (hops reuse them)
+        self._idle: list[SimpleQueue] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, fn: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
+                self.started += 1
+        if inbox is None:
+            inbox = SimpleQueue()
+            threading.Thread(target=self._loop, args=(inbox,), name=self.name, daemon=True).start()
+        inbox.put(fn)
+
+    def _loop(self, inbox: SimpleQueue) -> None:
+        while True:
+            try:
+                fn = inbox.get(timeout=self.idle_s)
+            except Empty:
+                with self._lock:
+                    if inbox in self._idle:  # still idle (not handed a hop meanwhile): end
+                        self._idle.remove(inbox)
+                        return
+                continue  # handed a hop as the wait ended: it is in the inbox
+            if fn is None:
+                return
+            fn()
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle.append(inbox)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
 
 
 def _view(body: Any) -> Any:

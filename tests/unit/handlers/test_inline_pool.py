@@ -35,3 +35,53 @@ def test_on_few_cores_any_script_keeps_its_hooks_in_process():
     assert in_process_reason(plain, MIN_CORES_FOR_WORKERS) is None
     assert "core" in in_process_reason(plain, MIN_CORES_FOR_WORKERS - 1)
     assert "TensorFlow" in in_process_reason(_module(tf=types.ModuleType("tensorflow")), 64)
+
+
+def test_hook_threads_are_reused_between_hops():
+    import threading
+
+    from tfbatch.handlers.inline_pool import HookThreads
+
+    threads = HookThreads()
+    seen = []
+    for _ in range(50):
+        done = threading.Event()
+        threads.run(lambda: (seen.append(threading.current_thread()), done.set()))
+        assert done.wait(30)
+    assert threads.started == 1 and len(set(seen)) == 1
+    threads.close()
+    seen[0].join(30)
+    assert not seen[0].is_alive()
+
+
+def test_a_stuck_hop_does_not_hold_up_the_next_one():
+    import threading
+
+    from tfbatch.handlers.inline_pool import HookThreads
+
+    threads = HookThreads()
+    release, second = threading.Event(), threading.Event()
+    threads.run(lambda: release.wait(60))
+    threads.run(second.set)
+    assert second.wait(30)  # ran on another thread while the first is still stuck
+    assert threads.started == 2
+    release.set()
+    threads.close()
+
+
+def test_an_idle_hook_thread_ends_by_itself():
+    import threading
+
+    from tfbatch.handlers.inline_pool import HookThreads
+
+    threads = HookThreads(idle_s=0.01)
+    ran = []
+    done = threading.Event()
+    threads.run(lambda: (ran.append(threading.current_thread()), done.set()))
+    assert done.wait(30)
+    ran[0].join(30)
+    assert not ran[0].is_alive()
+    done.clear()
+    threads.run(done.set)  # a later hop gets a new thread
+    assert done.wait(30) and threads.started == 2
+    threads.close()
