@@ -44,6 +44,11 @@ def normalize(uri: str) -> str:
     """
     if not uri:
         raise InvalidInput("storage URI is empty: expected a local path or a URI such as s3://bucket/prefix")
+    if uri[0] == "/" and "//" not in uri and "/." not in uri and "://" not in uri:
+        # Already what the local branch returns (absolute, no empty, "." or ".." segments, no
+        # "~"): the spelling of every key a job lists and every output it writes, twice per
+        # object, so skip abspath's walk of it.
+        return uri
     proto = protocol_of(uri)
     if proto == LOCAL:
         path = uri[len("file://"):] if uri.lower().startswith("file://") else uri

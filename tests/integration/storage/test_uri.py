@@ -78,3 +78,27 @@ def test_s3fs_alone_honours_aws_endpoint_url(s3_server, s3_bucket):
     s3_server.client().put_object(Bucket=s3_bucket, Key="k", Body=b"v")
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     assert fs.cat_file(f"{s3_bucket}/k") == b"v"
+
+
+def test_normalize_fast_path_spells_local_paths_as_abspath_does():
+    """Absolute paths already in canonical form skip abspath; every path must still come out
+    exactly as the general rule spells it (abspath, trailing '/' kept)."""
+    import os
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tfbatch.storage.uri import normalize
+
+    def reference(path: str) -> str:
+        trailing = path.endswith("/") and len(path) > 1
+        out = os.path.abspath(os.path.expanduser(path))
+        return out + "/" if trailing and not out.endswith("/") else out
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.text(alphabet="/.a~b", min_size=1, max_size=12))
+    def check(path):
+        assert normalize(path) == reference(path)
+        assert normalize("file://" + path) == reference(path)
+
+    check()
