@@ -42,6 +42,7 @@ from tfbatch.handlers.service import InvocationRequest, InvocationResponse
 from tfbatch.records import DataProcessor, Payload, form_payloads, iter_records, open_input
 from tfbatch.storage import ObjectRef
 from tfbatch.storage.io import read_small
+from tfbatch.storage.uri import is_local
 from tfbatch.transform.report import ObjectResult, RecordFailure
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,9 @@ class Dataflow:
         self.objects = 0
         self.fallbacks = 0
         self._hop_pool: ThreadPoolExecutor | None = None  # set while run() runs
+        # Writer tasks per chunk: one for local outputs, one per I/O thread for remote ones (S3),
+        # where each object's write is a round trip.
+        self.write_runs = 1 if is_local(getattr(spec, "output", None) or "") else self.io_threads
 
     # ---- stages -----------------------------------------------------------------------
 
@@ -207,7 +211,7 @@ class Dataflow:
         return [reader.submit(self._read_all, objs[k::runs]) for k in range(runs)]
 
     def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
-               fallback: Fallback, writer: ThreadPoolExecutor) -> Future:
+               fallback: Fallback, writer: ThreadPoolExecutor) -> list[Future]:
         for f in reads:
             f.result()
         formed: list[_Object] = []
@@ -225,7 +229,10 @@ class Dataflow:
         self._predict(formed, hop)
         # The last stage (assemble, write, record) on the writer threads: this thread goes on to
         # the next chunk's decode and model call meanwhile, as a tf.data script's writer thread.
-        return writer.submit(self._complete_all, formed, finished)
+        # Local outputs: one task per chunk (the kernel serialises creations in one folder
+        # anyway); remote ones: a run of the chunk per writer thread, so PUTs overlap.
+        runs = max(1, min(self.write_runs, len(formed)))
+        return [writer.submit(self._complete_all, formed[k::runs], finished) for k in range(runs)]
 
     def _complete_all(self, formed: list[_Object], finished: Finished) -> None:
         for obj in formed:
@@ -257,13 +264,14 @@ class Dataflow:
         pending: deque[tuple[int, Future]] = deque()
 
         def settle() -> None:
-            pending.popleft()[1].result().result()  # the chunk's run, then its writes
+            for written in pending.popleft()[1].result():  # the chunk's run, then its writes
+                written.result()
 
         # The hop pool is entered first so it shuts down last, after every chunk that uses it;
         # the writer pool outlives the dataflow threads that submit to it.
         # As many hops in flight as chunks: memory stays bounded by what the chunks hold.
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-hop") as hops, \
-                ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-write") as writer, \
+                ThreadPoolExecutor(max(self.threads, self.write_runs), thread_name_prefix="dataflow-write") as writer, \
                 ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
             self._hop_pool = hops
