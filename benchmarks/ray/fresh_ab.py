@@ -129,7 +129,8 @@ def markdown(results: dict) -> str:
             local = {r["round"]: r for r in runs if r["contender"] == "local"}
             ratios = [_ratio(local[k]["wall_s"], mine[k]["wall_s"]) for k in rounds if k in mine and k in local]
             agree = [mine[k].get("agrees_with_local") for k in mine] if name != "local" else []
-            lines.append(f"| {name} | {', '.join(f'{mine[k]['wall_s']:.1f}' for k in sorted(mine))} | "
+            walls = ", ".join(f"{mine[k]['wall_s']:.1f}" for k in sorted(mine))
+            lines.append(f"| {name} | {walls} | "
                          f"{median(r['wall_s'] for r in mine.values()):.2f} | "
                          f"{median(ratios) if ratios else float('nan'):.2f}x | "
                          f"{'–' if name == 'local' else ('yes' if agree and all(agree) else 'NO')} |")
