@@ -37,8 +37,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -103,31 +102,6 @@ class RayOptions:
         return options
 
 
-# Ray's setting for how long a driver's disconnect waits to send its last task-state events.
-SHUTDOWN_FLUSH = "RAY_task_events_shutdown_flush_timeout_ms"
-
-
-@contextmanager
-def _no_shutdown_flush_wait(connecting: bool) -> Iterator[None]:
-    """While ``ray.init`` connects to a running cluster: the driver's ``ray.shutdown()`` will not
-    wait to send its last task-state events.
-
-    That send takes ~0.25 s of every job on a running cluster, 5 % of a 5 s job
-    (benchmarks/ray/fresh-actors.md); the events only feed Ray's dashboard and state API (the
-    status of the driver's last few actor calls), and no tfbatch result depends on them. Ray
-    reads the setting when the driver connects, so it is set for that moment only and this
-    process's environment is left as it was; a value the user set is kept, and a Ray started
-    here for the job (no address) is left alone: its daemons would inherit the setting."""
-    if not connecting or SHUTDOWN_FLUSH in os.environ:
-        yield
-        return
-    os.environ[SHUTDOWN_FLUSH] = "0"
-    try:
-        yield
-    finally:
-        os.environ.pop(SHUTDOWN_FLUSH, None)
-
-
 def forwarded_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     return {k: v for k, v in env.items() if k.startswith(FORWARD_PREFIXES)}
@@ -183,9 +157,8 @@ class RayEngine:
             # A Ray started here for this job stays on loopback (Ray still opens some ports on all
             # interfaces; docs/ray.md says how to fence a real cluster).
             extra = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
-            with _no_shutdown_flush_wait(bool(address)):
-                ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
-                         logging_level=logging.WARNING, **extra)
+            ray.init(address=address, namespace="tfbatch", log_to_driver=self.options.log_to_driver,
+                     logging_level=logging.WARNING, **extra)
         self.timeline.mark("connected")
         job = None
         try:
