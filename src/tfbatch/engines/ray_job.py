@@ -70,8 +70,9 @@ class RayJob:
         self.inst = [_Instance(i) for i in range(self.n)]
         self.exhausted = False
         # The forwarded environment travels as an argument that the actor (and reader task) applies
-        # first thing, not as a runtime_env: an actor with a runtime_env of its own cannot take
-        # one of the idle worker processes Ray keeps for the job and waits for a dedicated one.
+        # first thing, not as a runtime_env: an actor with a runtime_env of its own never takes an
+        # idle worker process of the job, and the one started for it waits on Ray's runtime-env
+        # agent (0.4 s more per job, benchmarks/ray/fresh-actors.md).
         self.env = forwarded_env() if options.forward_env else None
         self.started = time.monotonic()
         self.pool_key = None
