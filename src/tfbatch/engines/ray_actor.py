@@ -41,10 +41,13 @@ from dataclasses import dataclass, field
 import fsspec
 import ray
 
+from tfbatch.engines.ray import FORWARD_PREFIXES
 from tfbatch.storage import ObjectRef, read_bytes
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
+# The forwarded variables this worker process started with (its raylet's), before any job set its own.
+_STARTED_WITH = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIXES)}
 # Inputs handed over from reader tasks live here, in the actor process's memory filesystem.
 STAGING = "memory://tfbatch-ray-staging"
 # Results go back once this many wait, or once the oldest has waited this long: the ledger's
@@ -69,9 +72,40 @@ class _End:
 Item = tuple[str, str, "int | None"]
 
 
+def apply_env(env: dict[str, str] | None) -> None:
+    """Make the driver's forwarded environment (``engines.ray.forwarded_env``) this process's.
+
+    It comes as an argument rather than a Ray runtime_env, so the actor or task can start on an
+    idle worker process of the job, or else on a plain new one, instead of one that Ray's
+    runtime-env agent prepares for that environment (benchmarks/ray/fresh-actors.md). Same result as a runtime_env: the worker's own variables
+    with the forwarded ones over them. A worker process Ray reuses within one driver's Ray job
+    (a reader task's, then an actor's) may carry an earlier tfbatch job's variables, so the
+    forwarded names go back to what the process started with before the new ones are set.
+    Applied before anything reads them: TensorFlow (``TF_CPP_*``) and boto/s3fs (``AWS_*``) are
+    imported later, in the runner; fsspec read its ``FSSPEC_*`` settings when this module
+    imported it, so it reads them again if they changed. Processes started later (handler
+    workers) inherit the result."""
+    if env is None:
+        return
+    fsspec_before = {k: v for k, v in os.environ.items() if k.startswith("FSSPEC")}
+    for name in [k for k in os.environ if k.startswith(FORWARD_PREFIXES) and k not in _STARTED_WITH]:
+        del os.environ[name]
+    os.environ.update(_STARTED_WITH)
+    os.environ.update(env)
+    if {k: v for k, v in os.environ.items() if k.startswith("FSSPEC")} != fsspec_before:
+        from fsspec import config
+
+        # What importing fsspec does, with the environment as it is now.
+        config.conf.clear()
+        config.conf_dir = os.environ.get("FSSPEC_CONFIG_DIR", config.default_conf_dir)
+        config.set_conf_files(config.conf_dir, config.conf)
+        config.set_conf_env(config.conf, os.environ)
+
+
 @ray.remote
-def read_objects(uris: list[str]) -> list[bytes | None]:
+def read_objects(uris: list[str], env: dict[str, str] | None = None) -> list[bytes | None]:
     """Each object's bytes, or None where reading failed (the actor then reads it and reports why)."""
+    apply_env(env)
     found: list[bytes | None] = []
     for uri in uris:
         try:
@@ -94,8 +128,10 @@ class Answer:
 class InstanceActor:
     """One instance of the job; no method raises for an object's failure (failures are results)."""
 
-    def __init__(self, spec_fields: dict, instance: int, instance_count: int, keep_warm_s: float = 0.0):
+    def __init__(self, spec_fields: dict, instance: int, instance_count: int, keep_warm_s: float = 0.0,
+                 env: dict[str, str] | None = None):
         self._marks = {"process_start": _process_start(), "init": time.time()}
+        apply_env(env)  # first: the runner's imports and the model load read it
         from tfbatch.transform.instance import InstanceRunner
 
         self.instance = instance

@@ -69,7 +69,11 @@ class RayJob:
         self.calls: dict = {}  # ray ObjectRef -> (kind, instance, epoch, chunk or None)
         self.inst = [_Instance(i) for i in range(self.n)]
         self.exhausted = False
-        self.runtime_env = {"env_vars": forwarded_env()} if options.forward_env else None
+        # The forwarded environment travels as an argument that the actor (and reader task) applies
+        # first thing, not as a runtime_env: an actor with a runtime_env of its own never takes an
+        # idle worker process of the job, and the one started for it waits on Ray's runtime-env
+        # agent (0.4 s more per job, benchmarks/ray/fresh-actors.md).
+        self.env = forwarded_env() if options.forward_env else None
         self.started = time.monotonic()
         self.pool_key = None
         if options.keep_warm_s > 0:
@@ -93,8 +97,6 @@ class RayJob:
             # A take() long-polls beside feed() and end() calls.
             max_concurrency=8,
         )
-        if self.runtime_env:
-            kwargs["runtime_env"] = self.runtime_env
         if opts.spread:
             kwargs["scheduling_strategy"] = "SPREAD"
         return kwargs
@@ -118,7 +120,7 @@ class RayJob:
                 # it is leased before anything is fed (reviving until the lease answers).
                 st.actor = cls.options(**self._actor_options(), name=actor_name(self.pool_key, st.index, self.n),
                                        namespace=NAMESPACE, lifetime="detached", get_if_exists=True).remote(
-                    self.spec.model_dump(), st.index, self.n, self.options.keep_warm_s)
+                    self.spec.model_dump(), st.index, self.n, self.options.keep_warm_s, env=self.env)
                 st.pooled = st.reviving = True
                 self._lease(st)
             else:
@@ -136,7 +138,7 @@ class RayJob:
 
             cls = actor_class()
         st.pooled = False
-        st.actor = cls.options(**self._actor_options()).remote(self.spec.model_dump(), st.index, self.n)
+        st.actor = cls.options(**self._actor_options()).remote(self.spec.model_dump(), st.index, self.n, env=self.env)
         self._call("ready", st, st.actor.ready.remote())
 
     def _inputs(self, inputs: JobInputs) -> Iterator[tuple[int, ObjectRef]]:
@@ -150,12 +152,14 @@ class RayJob:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, inputs: JobInputs | None = None) -> list[InstanceSummary]:
-        if inputs is None:
-            ledger = Ledger.for_spec(self.spec)
-            done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
-            inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
+        # The actors first: their worker start, TensorFlow import and model load (seconds) go on
+        # while this process reads the ledger and lists the first page.
         self._start_actors()
         try:
+            if inputs is None:
+                ledger = Ledger.for_spec(self.spec)
+                done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
+                inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
             self._loop(self._inputs(inputs))
             for i, skipped in enumerate(inputs.skipped):
                 self.summaries[i].skipped += skipped
@@ -245,10 +249,7 @@ class RayJob:
         if self.options.remote_read:
             from tfbatch.engines.ray_actor import read_objects
 
-            kwargs = {"num_cpus": self.options.reader_cpus}
-            if self.runtime_env:
-                kwargs["runtime_env"] = self.runtime_env
-            data = read_objects.options(**kwargs).remote([ref.uri for ref in refs])
+            data = read_objects.options(num_cpus=self.options.reader_cpus).remote([ref.uri for ref in refs], self.env)
         items = [(ref.uri, ref.key, ref.size) for ref in refs]
         for ref in refs:
             st.outstanding[ref.key] = ref
@@ -396,14 +397,22 @@ class RayJob:
             s = self.summaries[st.index]
             s.seconds = seconds
             s.fatal = self.fatal.get(st.index)
-            if s.fatal is None:
-                try:  # facts for the timeline only; the outputs and the ledger are complete
-                    self.timeline.actor_pids[st.index] = self.ray.get(st.actor.pid.remote(), timeout=30)
-                    self.timeline.actor_calls[st.index] = self.ray.get(st.actor.calls_received.remote(), timeout=30)
-                    self.timeline.actor_marks[st.index] = self.ray.get(st.actor.marks.remote(), timeout=30)
-                    self.timeline.reused[st.index] = self.timeline.actor_calls[st.index].get("jobs", 1) > 1
+        # Facts for the timeline only (the outputs and the ledger are complete): every actor is
+        # asked at once, one round trip rather than three per actor.
+        asked = {}
+        for st in self.inst:
+            if st.index not in self.fatal:
+                try:
+                    asked[st.index] = [st.actor.pid.remote(), st.actor.calls_received.remote(), st.actor.marks.remote()]
                 except Exception:
                     log.debug("no timeline facts from instance %d", st.index, exc_info=True)
+        for i, refs in asked.items():
+            try:
+                pid, calls, marks = self.ray.get(refs, timeout=30)
+                self.timeline.actor_pids[i], self.timeline.actor_calls[i], self.timeline.actor_marks[i] = pid, calls, marks
+                self.timeline.reused[i] = calls.get("jobs", 1) > 1
+            except Exception:
+                log.debug("no timeline facts from instance %d", i, exc_info=True)
         return self.summaries
 
 

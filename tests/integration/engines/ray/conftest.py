@@ -53,6 +53,25 @@ def write_inputs():
     return _write_jsonl_inputs
 
 
+def _slow_job(root: Path, objects: int) -> tuple[Path, Path, Path]:
+    """A model that takes a quarter second a batch, ``objects`` one-row JSON inputs, the output folder:
+    with batches of one, a job still running when a test kills one of its processes."""
+    from tfbatch.testing.models import make_slow_model
+
+    model = make_slow_model(root / "model" / "1", 0.25).parent
+    inputs = root / "in"
+    inputs.mkdir()
+    for n in range(objects):
+        (inputs / f"x{n:03d}.json").write_text(json.dumps({"instances": [[n, n + 1]]}))
+    return model, inputs, root / "out"
+
+
+@pytest.fixture
+def slow_job():
+    """``slow_job(tmp_path, objects)`` -> (model, inputs, output folder); see ``_slow_job``."""
+    return _slow_job
+
+
 @pytest.fixture
 def read_outputs():
     return _outputs

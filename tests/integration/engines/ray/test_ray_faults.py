@@ -11,7 +11,6 @@ from pathlib import Path
 from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
 from tfbatch.engines.ray import RayEngine, RayOptions
-from tfbatch.testing.models import make_slow_model
 from tfbatch.testing.ray_cluster import wait_until
 from tfbatch.transform import TransformSpec
 
@@ -23,13 +22,9 @@ def _markers(out: Path) -> set[str]:
     return set(done_keys(out))
 
 
-def test_killed_instance_worker_is_restarted_and_every_output_written_once(ray_cluster, tmp_path, read_outputs):
-    model = make_slow_model(tmp_path / "model" / "1", 0.25).parent
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    for n in range(OBJECTS):
-        (inputs / f"x{n:03d}.json").write_text(json.dumps({"instances": [[n, n + 1]]}))
-    out = tmp_path / "out"
+def test_killed_instance_worker_is_restarted_and_every_output_written_once(ray_cluster, tmp_path, read_outputs,
+                                                                          slow_job):
+    model, inputs, out = slow_job(tmp_path, OBJECTS)
     # One object at a time per instance, a quarter second each: the job is still running when killed.
     spec = TransformSpec.build(model=str(model), input=str(inputs), output=str(out), content_type="application/json",
                                instance_count=2, max_batch_size=1, max_concurrent_transforms=1)

@@ -154,20 +154,10 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _slow_job(tmp_path: Path, objects: int) -> tuple[Path, Path, Path]:
-    """A model that takes a quarter second a batch, ``objects`` one-row JSON inputs, the output folder."""
-    model = make_slow_model(tmp_path / "model" / "1", 0.25).parent
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    for n in range(objects):
-        (inputs / f"x{n:03d}.json").write_text(json.dumps({"instances": [[n, n + 1]]}))
-    return model, inputs, tmp_path / "out"
-
-
 def test_killed_driver_takes_its_pooled_actor_with_it_and_resume_finishes(ray_cluster, tmp_path, read_outputs,
-                                                                          drop_pool):
+                                                                          drop_pool, slow_job):
     objects = 30
-    model, inputs, out = _slow_job(tmp_path, objects)
+    model, inputs, out = slow_job(tmp_path, objects)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     before = set(ray_cluster.worker_pids("InstanceActor"))
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address, str(model), str(inputs), str(out)],
@@ -200,9 +190,9 @@ def test_killed_driver_takes_its_pooled_actor_with_it_and_resume_finishes(ray_cl
 
 
 def test_killed_pooled_actor_is_restarted_and_every_output_written_once(ray_cluster, tmp_path, read_outputs,
-                                                                        drop_pool):
+                                                                        drop_pool, slow_job):
     objects = 24
-    model, inputs, out = _slow_job(tmp_path, objects)
+    model, inputs, out = slow_job(tmp_path, objects)
     spec = TransformSpec.build(model=str(model), input=str(inputs), output=str(out), content_type="application/json",
                                instance_count=2, max_batch_size=1, max_concurrent_transforms=1)
     before = set(ray_cluster.worker_pids("InstanceActor"))
