@@ -337,6 +337,14 @@ _NO_TMPFILE: set[str] = set()
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
 
+def _no_tmpfile(folder: str) -> None:
+    # Bounded like _MADE_DIRS: a tree of millions of folders cannot grow it without limit (a
+    # miss only costs one refused open).
+    if len(_NO_TMPFILE) >= _MADE_DIRS_MAX:
+        _NO_TMPFILE.clear()
+    _NO_TMPFILE.add(folder)
+
+
 def _proc_fd() -> int:
     global _PROC_FD
     state = _PROC_FD
@@ -359,7 +367,7 @@ def _write_unnamed_local(folder: str, path: str, view: memoryview) -> bool:
     except FileNotFoundError:
         raise
     except OSError:  # EOPNOTSUPP, EISDIR (kernel without it), EINVAL: not this filesystem
-        _NO_TMPFILE.add(folder)
+        _no_tmpfile(folder)
         return False
     try:
         while view:
@@ -367,7 +375,7 @@ def _write_unnamed_local(folder: str, path: str, view: memoryview) -> bool:
         try:
             proc = _proc_fd()
         except OSError:  # no /proc: the file cannot be named
-            _NO_TMPFILE.add(folder)
+            _no_tmpfile(folder)
             return False
         try:
             os.link(str(fd), path, src_dir_fd=proc, follow_symlinks=True)
