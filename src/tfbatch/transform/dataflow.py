@@ -276,13 +276,13 @@ class Dataflow:
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
             self._hop_pool = hops
             for chunk, hop in self._chunks(refs):
-                while self.max_in_flight and pending and \
-                        sum(n for n, _ in pending) + len(chunk) > self.max_in_flight:
+                # Room first, then the chunk's reads: at most threads + 2 chunks hold data at once
+                # (``in_flight_objects``), and MaxConcurrentTransforms objects when it is given.
+                while pending and (len(pending) >= self.threads + 2 or self.max_in_flight
+                                   and sum(n for n, _ in pending) + len(chunk) > self.max_in_flight):
                     settle()
                 reads = self._start_reads(chunk, reader)
                 pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reads, finished, fallback, writer)))
-                while len(pending) > self.threads + 2:
-                    settle()
             while pending:
                 settle()
 
