@@ -77,8 +77,8 @@ def apply_env(env: dict[str, str] | None) -> None:
 
     It comes as an argument rather than a Ray runtime_env, so the actor or task can start on an
     idle worker process of the job, or else on a plain new one, instead of one that Ray's
-    runtime-env agent prepares for that environment (benchmarks/ray/fresh-actors.md). Same result as a runtime_env: the worker's own variables
-    with the forwarded ones over them. A worker process Ray reuses within one driver's Ray job
+    runtime-env agent prepares for that environment (benchmarks/ray/fresh-actors.md). Same
+    result as a runtime_env: the worker's own variables with the forwarded ones over them. A worker process Ray reuses within one driver's Ray job
     (a reader task's, then an actor's) may carry an earlier tfbatch job's variables, so the
     forwarded names go back to what the process started with before the new ones are set.
     Applied before anything reads them: TensorFlow (``TF_CPP_*``) and boto/s3fs (``AWS_*``) are

@@ -276,7 +276,8 @@ def test_small_local_writes_replace_existing_and_leave_only_targets(tmp_path):
     folder = tmp_path / "out"
     for round_ in range(2):
         for i in range(20):
-            atomic_write(str(folder / f"{i}.out"), [b"round", str(round_).encode(), b"-", str(i).encode()], durable=False)
+            parts = [b"round", str(round_).encode(), b"-", str(i).encode()]
+            atomic_write(str(folder / f"{i}.out"), parts, durable=False)
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{i}.out" for i in range(20))
     assert all((folder / f"{i}.out").read_bytes() == f"round1-{i}".encode() for i in range(20))
     umask = os.umask(0)
