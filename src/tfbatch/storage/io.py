@@ -370,8 +370,7 @@ def _write_unnamed_local(folder: str, path: str, view: memoryview) -> bool:
         _no_tmpfile(folder)
         return False
     try:
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, view)
         try:
             proc = _proc_fd()
         except OSError:  # no /proc: the file cannot be named
@@ -409,15 +408,18 @@ def _write_small_local(folder: str, path: str, parts: list[bytes] | tuple[bytes,
     fd = _create_temp(folder, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0))
     try:
         try:
-            view = data
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         _unlink_if_there(tmp)
         raise
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _create_temp(folder: str, tmp: str, flags: int) -> int:

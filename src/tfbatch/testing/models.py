@@ -290,3 +290,16 @@ def make_keras_image_model(path: str | Path, *, size: int = 64, channels: int = 
     model = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax")(x))
     tf.saved_model.save(model, str(path))
     return Path(path)
+
+
+def scripted_archive(versions: list[str | Path], script: str, folder: str | Path) -> Path:
+    """``folder/model.tar.gz``: the SavedModel ``versions`` with ``script`` (dedented) as
+    ``code/inference.py``, the layout SageMaker's TensorFlow container reads."""
+    import textwrap
+
+    from tfbatch.artifact import package
+
+    folder = Path(folder)
+    (folder / "code").mkdir(parents=True, exist_ok=True)
+    (folder / "code" / "inference.py").write_text(textwrap.dedent(script))
+    return package(list(versions), folder / "model.tar.gz", code_dir=folder / "code")

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import textwrap
 
 import numpy as np
 import pytest
 
-from tfbatch.artifact import package
 from tfbatch.testing import LocalModel
-from tfbatch.testing.models import linear_expected
+from tfbatch.testing.models import linear_expected, scripted_archive
 
 pytest_plugins = ["pytester"]
 
@@ -39,10 +37,7 @@ def test_a_bad_request_gets_the_status_production_gives(tfbatch_model):
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory, linear_dir):
-    root = tmp_path_factory.mktemp("plugin")
-    (root / "code").mkdir()
-    (root / "code" / "inference.py").write_text(textwrap.dedent(SCRIPT))
-    return package([linear_dir / "1"], root / "model.tar.gz", code_dir=root / "code")
+    return scripted_archive([linear_dir / "1"], SCRIPT, tmp_path_factory.mktemp("plugin"))
 
 
 def _expected() -> list[int]:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import uuid
 
 import pytest
 
 from tfbatch import run_transform
-from tfbatch.artifact import package
+from tfbatch.testing.models import scripted_archive
 from tfbatch.engines.ray import RayEngine, RayOptions
 
 REPORT_SCRIPT = """
@@ -38,10 +37,7 @@ def output_handler(response, context):
 
 @pytest.fixture(scope="module")
 def archive(tmp_path_factory, linear_model):
-    root = tmp_path_factory.mktemp("ray-env")
-    (root / "code").mkdir()
-    (root / "code" / "inference.py").write_text(textwrap.dedent(REPORT_SCRIPT))
-    return package([linear_model / "1"], root / "model.tar.gz", code_dir=root / "code")
+    return scripted_archive([linear_model / "1"], REPORT_SCRIPT, tmp_path_factory.mktemp("ray-env"))
 
 
 def _inputs(root):
