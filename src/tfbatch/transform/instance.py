@@ -291,10 +291,25 @@ class InstanceRunner:
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
             # One chunk in the model while each worker process holds another.
-            pool = self.pool
-            return Dataflow(self.spec, self.invoker.service, self.pipeline, batch_size=self.spec.max_batch_size,
-                            threads=pool.size + 1, max_in_flight=self.spec.max_concurrent_transforms,
-                            stats=lambda: pool.stats)
+            pool, threads = self.pool, self.pool.size + 1
+            service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
+            if self.spec.autotune:
+                from tfbatch.handlers.inline_pool import InlinePool
+                from tfbatch.transform.autotune import BatchSizeProbe
+                from tfbatch.transform.predict import POOL_CANDIDATES, PoolPredict
+
+                # The probe's budget is a share of the job's requests: counted ahead as objects
+                # when each object is one request, else a fixed number of requests.
+                tuner = BatchSizeProbe(POOL_CANDIDATES, fallback=self.spec.max_batch_size, cores=_usable_cores(),
+                                       job_rows=job_rows if self.spec.split_type == "None" else None,
+                                       in_flight=threads)
+                cpu = time.process_time if isinstance(pool, InlinePool) else None
+                tuned = service = PoolPredict(self.invoker.service, tuner, lambda: pool.stats, cpu)
+                stats = lambda: tuned.stats  # noqa: E731
+                chosen_by = {"max_batch_size": "tuner"}
+            return Dataflow(self.spec, service, self.pipeline, batch_size=self.spec.max_batch_size,
+                            threads=threads, max_in_flight=self.spec.max_concurrent_transforms,
+                            stats=stats, chosen_by=chosen_by)
         reason = image_batch_blocker(self.spec, self.stack.service)
         if reason is not None:
             log.debug("dataflow, in-process predict: %s", reason)

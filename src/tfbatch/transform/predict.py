@@ -6,6 +6,7 @@ alone, so the stages after it cannot tell which one ran:
 
 - ``PooledService`` (handlers/pooled.py): a model with ``code/inference.py``; the hooks and
   the request decode run in the handler worker processes, one joint model call per hop.
+  ``PoolPredict`` puts it behind the batch-size probe when the job did not set a batch size.
 - ``ImageBatchPredict``: no script, an image content type and a one-input signature with a
   free batch dimension taking encoded bytes (decoded in the graph) or a fixed-size image
   tensor (decoded here by TensorFlow ops, off the GIL): the hop's images go to the model as
@@ -95,6 +96,50 @@ def row_bodies(outputs: dict[str, np.ndarray], rows: int) -> list[bytes] | None:
         (arr,) = arrays
         return [jsonenc.dumps({"predictions": arr[row:row + 1]}) for row in range(rows)]
     return [jsonenc.dumps({"predictions": [dict(zip(keys, (arr[row] for arr in arrays)))]}) for row in range(rows)]
+
+
+# Requests per hop the probe may pick for the handler pool. Its hops carry fixed costs the image
+# lane does not have (a hand-off to the hook thread or worker each way, the script's calls, a
+# joint model call and its split), so they pay off at larger sizes: the scripted JPEG job on
+# 2 cores ran 1,294 images/s steady at 16 and 2,152 at 128 (benchmarks/transform/profile/pool-hops.md).
+POOL_CANDIDATES = (8, 16, 32, 64, 128)
+
+
+class PoolPredict:
+    """The handler pool's ``invoke_many`` with its hop size picked by the batch-size probe.
+
+    Each hop's requests go through ``PooledService.invoke_many`` unchanged; the probe is told
+    when a hop finished (requests, monotonic time, CPU time) and picks the next chunk's size.
+    ``cpu`` gives the CPU seconds spent so far where they are all in this process (hooks run
+    in-process); with worker processes it is None and the probe compares wall time.
+    """
+
+    name = "handler-pool"
+
+    def __init__(self, service: Any, tuner: Any, stats: Any, cpu: Any = None):
+        self.service = service
+        self.tuner = tuner
+        self._pool_stats = stats
+        self._cpu = cpu
+        self._lock = threading.Lock()
+
+    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        out = self.service.invoke_many(reqs, timeout_s=timeout_s)
+        done, cpu = time.monotonic(), self._cpu() if self._cpu is not None else None
+        with self._lock:
+            self.tuner.observe(len(reqs), done, cpu)
+        return out
+
+    def next_size(self, fallback: int) -> int:
+        with self._lock:
+            return self.tuner.next_size()
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {**self._pool_stats(), "autotune": self.tuner.report()}
+
+    def close(self) -> None:
+        return None
 
 
 class InProcessPredict:
