@@ -83,3 +83,25 @@ def test_tensorflow_script_batches_hops_in_process(tmp_path):
     (stats,) = inline.batches.values()
     # Several records per hop: the hop's rows went to the model together.
     assert stats["rows"] == 24 and stats["batches"] < 24
+
+
+def test_a_scripted_job_without_a_batch_size_has_its_hops_sized_by_the_probe(tmp_path):
+    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
+    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
+    (tmp_path / "in").mkdir()
+    for n in range(40):
+        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 3, b"RAISE" if n == 9 else b""))
+
+    tuned = _job(tmp_path, "tuned", None)
+    fixed = _job(tmp_path, "fixed", None, max_batch_size=4)
+
+    assert _outputs(tmp_path / "tuned") == _outputs(tmp_path / "fixed")
+    assert (tuned.succeeded, tuned.bad_input) == (fixed.succeeded, fixed.bad_input) == (39, 1)
+    (stats,) = tuned.batches.values()
+    assert stats["predict"] == "handler-pool" and stats["chosen_by"] == {"max_batch_size": "tuner"}
+    assert stats["autotune"]["source"] == "tuner" and stats["max_batch_size"] == stats["autotune"]["chosen"]
+    assert stats["rows"] == 40 and stats["handler_workers"] == 0
+    (fixed_stats,) = fixed.batches.values()
+    assert "autotune" not in fixed_stats and fixed_stats["max_batch_size"] == 4 and fixed_stats["batches"] >= 10
