@@ -168,26 +168,38 @@ class Dataflow:
             obj.errors.append(error)
 
     def _predict(self, objs: list[_Object], hop: int) -> None:
-        """Every request of the chunk, across objects, in hops of ``hop`` requests.
+        """Every request of the chunk, across objects, in hops of ``hop`` requests (the first;
+        later ones as the tuner says).
 
         A chunk of a few large objects (TFRecord or RecordIO shards, CSV files) holds many
-        hops: they run at once on the hop threads, so decode, the model and the handler
-        workers overlap instead of taking turns. Responses keep request order.
+        hops: up to ``threads`` of them run at once on the hop threads, so decode, the model and
+        the handler workers overlap instead of taking turns. Responses keep request order.
         """
         flat = [(obj, body) for obj in objs for body in obj.bodies]
-        bounds, start = [], 0
+        answers: list[tuple[int, int, Any]] = []  # (start, end, responses or their future)
+        running: deque[int] = deque()  # indexes into answers of hops still on the hop threads
+        start = 0
         while start < len(flat):
+            if answers:
+                # A chunk of shards holds many hops. Each later one is formed only when a hop
+                # thread can take it, at the size the tuner hands out then, so the probe times
+                # sizes on a job of a few large objects as it does on one of many small ones.
+                hop = self._next_size()
             end, size = start, 0
             while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
                 size += len(flat[end][1])
                 end += 1
-            bounds.append((start, end))
+            if self._hop_pool is None or (not answers and end == len(flat)):
+                answers.append((start, end, self._hop(flat[start:end])))  # the whole chunk is one hop
+            else:
+                answers.append((start, end, self._hop_pool.submit(self._hop, flat[start:end])))
+                running.append(len(answers) - 1)
+                while len(running) >= self.threads:
+                    answers[running[0]][2].result()
+                    running.popleft()
             start = end
-        if len(bounds) > 1 and self._hop_pool is not None:
-            answers = [f.result() for f in [self._hop_pool.submit(self._hop, flat[a:b]) for a, b in bounds]]
-        else:
-            answers = [self._hop(flat[a:b]) for a, b in bounds]
-        for (a, b), responses in zip(bounds, answers):
+        for a, b, answer in answers:
+            responses = answer.result() if isinstance(answer, Future) else answer
             for (obj, _), response in zip(flat[a:b], responses):
                 obj.responses.append(response)
 

@@ -293,14 +293,18 @@ class InstanceRunner:
             # One chunk in the model while each worker process holds another.
             pool, threads = self.pool, self.pool.size + 1
             service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
-            if self.spec.autotune:
+            from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict
+
+            # MaxConcurrentTransforms, when given, also bounds the sizes the probe may try.
+            cap = self.spec.max_concurrent_transforms
+            candidates = tuple(c for c in POOL_CANDIDATES if not cap or c <= cap)
+            if self.spec.autotune and candidates:
                 from tfbatch.handlers.inline_pool import InlinePool
                 from tfbatch.transform.autotune import BatchSizeProbe
-                from tfbatch.transform.predict import POOL_CANDIDATES, PoolPredict
 
                 # The probe's budget is a share of the job's requests: counted ahead as objects
                 # when each object is one request, else a fixed number of requests.
-                tuner = BatchSizeProbe(POOL_CANDIDATES, fallback=self.spec.max_batch_size, cores=_usable_cores(),
+                tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=_usable_cores(),
                                        job_rows=job_rows if self.spec.split_type == "None" else None,
                                        in_flight=threads)
                 cpu = time.process_time if isinstance(pool, InlinePool) else None

@@ -103,6 +103,9 @@ def row_bodies(outputs: dict[str, np.ndarray], rows: int) -> list[bytes] | None:
 # joint model call and its split), so they pay off at larger sizes: the scripted JPEG job on
 # 2 cores ran 1,294 images/s steady at 16 and 2,152 at 128 (benchmarks/transform/profile/pool-hops.md).
 POOL_CANDIDATES = (8, 16, 32, 64, 128)
+# Where the probe starts climbing for the pool: the middle size, one step from 16 and from
+# 64, the sizes the jobs measured best at (heavy models at 16, the tiny model's hooks at 64-128).
+POOL_START = 32
 
 
 class PoolPredict:
