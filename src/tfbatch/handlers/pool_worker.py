@@ -88,10 +88,26 @@ class Worker:
     # ---- steps ------------------------------------------------------------------------
 
     def run(self, step: str, items: list) -> list:
-        run_one = self.input if step == "input" else self.output
-        return [_guarded(run_one, item) for item in items]
+        if step != "input":
+            return [_guarded(self.output, item) for item in items]
+        firsts = [_guarded(self._input, item) for item in items]
+        # The base64 images of every request that takes the fast decode, decoded together:
+        # pybase64 lets go of the GIL for each call, and taking it back behind the threads
+        # that hold it cost more than the decode (profile/pool-hops.md). One call per hop.
+        waiting = [(n, first) for n, first in enumerate(firsts) if type(first) is _Images]
+        if waiting:
+            decoded = b64decode_all([text for _, images in waiting for text in images.texts])
+            at = 0
+            for n, images in waiting:
+                firsts[n] = _guarded(self._finish, (images, decoded[at:at + len(images.texts)]))
+                at += len(images.texts)
+        return firsts
 
     def input(self, item: tuple) -> tuple:
+        """One request's input step (``run`` does a hop's)."""
+        return self.run("input", [item])[0]
+
+    def _input(self, item: tuple) -> tuple | "_Images":
         ctx = self.context(item)
         if self.handlers is None:
             return self._default(item[0], item[1], ctx)
@@ -100,23 +116,45 @@ class Worker:
         processed = call_user("input_handler", self.handlers.input_handler, _Body(item[0]), ctx)
         try:
             body = parse_handler_body(processed)
-            return self._decode(body, ctx)
+            decoded = self._decode(body, ctx)
         except TfbatchError as err:
             # As in local_post: the error is the model's answer, and output_handler sees it.
             return self._respond(ctx, err.status, err.to_json())
+        if type(decoded) is _Images:
+            decoded.respond = True
+        return decoded
 
-    def _decode(self, body: dict, ctx) -> tuple:
+    def _finish(self, waiting: tuple) -> tuple:
+        """A fast-path request's tensors from its decoded images (None: a value the decoder
+        refused, so the general path decides the whole body, as it did before)."""
+        images, values = waiting
+        try:
+            if any(v is None for v in values):
+                return self._general(images.body, images.ctx)
+            return ("tensors", b64_tensors(values, images.key, images.info, images.sig, self.max_image_pixels),
+                    "row", images.version, images.sig.name)
+        except TfbatchError as err:
+            if not images.respond:
+                raise
+            return self._respond(images.ctx, err.status, err.to_json())
+
+    def _decode(self, body: dict, ctx) -> tuple | "_Images":
+        """Tensors for the model, or ``_Images`` when the body takes the fast decode (``b64_texts``)."""
+        known = self.models.get(ctx.model_name)
+        if ctx.method == "predict" and ctx.model_version is None and known is not None:
+            version, signatures, default = known
+            sig = signatures.get(default)
+            found = b64_texts(body, sig) if sig is not None else None
+            if found is not None:
+                return _Images(body, ctx, version, sig, *found)
+        return self._general(body, ctx)
+
+    def _general(self, body: dict, ctx) -> tuple:
         from tfbatch.records.images import check_encoded_images
         from tfbatch.tfs.api import _signature_name
         from tfbatch.tfs.codec import decode_predict
 
         known = self.models.get(ctx.model_name)
-        if ctx.method == "predict" and ctx.model_version is None and known is not None:
-            version, signatures, default = known
-            sig = signatures.get(default)
-            tensors = b64_rows(body, sig, self.max_image_pixels) if sig is not None else None
-            if tensors is not None:
-                return ("tensors", tensors, "row", version, sig.name)
         check_encoded_images(body, self.max_image_pixels)
         if ctx.method != "predict" or ctx.model_version is not None or known is None:
             return ("json", body)  # the parent resolves it exactly as TfsApi does
@@ -209,6 +247,91 @@ def _pick_b64decode():
 _b64decode = _pick_b64decode()
 
 
+class _Images:
+    """A request whose body takes the fast decode, waiting for its images to be decoded with
+    the hop's others; ``respond``: its errors go to ``output_handler`` (a script's input step)."""
+
+    __slots__ = ("body", "ctx", "version", "sig", "key", "info", "texts", "respond")
+
+    def __init__(self, body, ctx, version, sig, key, info, texts):
+        self.body, self.ctx, self.version, self.sig = body, ctx, version, sig
+        self.key, self.info, self.texts = key, info, texts
+        self.respond = False
+
+
+def b64decode_all(texts: list[str]) -> list[bytes | None]:
+    """Each text decoded as ``_b64decode`` decodes it alone, None where it refuses it.
+
+    With pybase64, the texts are decoded in one call: all but the last four characters of
+    each, joined, then each last quantum (which may hold padding) by binascii's strict
+    decoder, which keeps the GIL. Base64 decodes four characters at a time, so the bytes are
+    the same as one call per text. Anything unusual (a length not a multiple of four, ``=``
+    before the last quantum, a refused character, a tail binascii refuses) falls back to one
+    call per text, which decides it as before.
+    """
+    import binascii
+
+    if len(texts) > 1 and _b64decode is not _strict_b64decode and \
+            all(len(t) >= 4 and not len(t) % 4 for t in texts):
+        heads = "".join([t[:-4] for t in texts])
+        if "=" not in heads:
+            try:
+                joint = memoryview(_b64decode(heads))
+                tails = [_strict_b64decode(t[-4:]) for t in texts]
+            except (binascii.Error, ValueError):
+                pass
+            else:
+                out, at = [], 0
+                for text, tail in zip(texts, tails):
+                    size = (len(text) - 4) // 4 * 3
+                    out.append(b"".join((joint[at:at + size], tail)))
+                    at += size
+                return out
+    out = []
+    for text in texts:
+        try:
+            out.append(_b64decode(text))
+        except (binascii.Error, ValueError):
+            out.append(None)
+    return out
+
+
+def b64_texts(body: Any, sig: Any) -> tuple[str, Any, list[str]] | None:
+    """(input key, its TensorInfo, the base64 texts) of ``{"instances": [{"b64": ...}, ...]}``
+    for a one-string-input signature, or None for any other body (the general path's)."""
+    if type(body) is not dict or len(body) != 1 or len(sig.inputs) != 1:
+        return None
+    instances = body.get("instances")
+    (key, info), = sig.inputs.items()
+    if type(instances) is not list or not instances or not info.is_string or \
+            (info.shape is not None and len(info.shape) != 1):
+        return None
+    texts = []
+    for instance in instances:
+        if type(instance) is not dict or len(instance) != 1:
+            return None
+        text = instance.get("b64")
+        if type(text) is not str or text.endswith("==="):
+            return None
+        texts.append(text)
+    return key, info, texts
+
+
+def b64_tensors(values: list[bytes], key: str, info: Any, sig: Any, max_pixels: int) -> dict[str, Any]:
+    """The request's tensor from its decoded values, each image's header checked first."""
+    import numpy as np
+
+    from tfbatch.records.images import check_image, sniff
+    from tfbatch.runtime.servable import coerce
+
+    array = np.empty(len(values), dtype=object)
+    for n, data in enumerate(values):
+        if sniff(data) is not None:  # bytes that are no image (a tf.Example, text) pass, as there
+            check_image(data, max_pixels, f"request.instances[{n}]", formats=None)
+        array[n] = data
+    return {key: coerce(array, info, sig.name)}
+
+
 def b64_rows(body: Any, sig: Any, max_pixels: int) -> dict[str, Any] | None:
     """The tensors of ``{"instances": [{"b64": ...}, ...]}`` for a one-string-input signature,
     or None for any other body (then the general path decodes it, and words any error).
@@ -219,37 +342,17 @@ def b64_rows(body: Any, sig: Any, max_pixels: int) -> dict[str, Any] | None:
     in the codec. Here each value is decoded once (by a decoder that accepts only what
     ``b64decode(validate=True)`` accepts; anything it refuses goes the general way), and
     the header is checked on the decoded bytes with the same check, the same limits and the
-    same path in the message. The tensors are the ones ``decode_predict`` gives.
+    same path in the message. The tensors are the ones ``decode_predict`` gives. A worker
+    does the same for a whole hop at once (``Worker.run``).
     """
-    if type(body) is not dict or len(body) != 1 or len(sig.inputs) != 1:
+    found = b64_texts(body, sig)
+    if found is None:
         return None
-    instances = body.get("instances")
-    (key, info), = sig.inputs.items()
-    if type(instances) is not list or not instances or not info.is_string or \
-            (info.shape is not None and len(info.shape) != 1):
+    key, info, texts = found
+    values = b64decode_all(texts)
+    if any(v is None for v in values):
         return None
-    import binascii
-
-    import numpy as np
-
-    from tfbatch.records.images import check_image, sniff
-    from tfbatch.runtime.servable import coerce
-
-    values = np.empty(len(instances), dtype=object)
-    for n, instance in enumerate(instances):
-        if type(instance) is not dict or len(instance) != 1:
-            return None
-        text = instance.get("b64")
-        if type(text) is not str or text.endswith("==="):
-            return None
-        try:
-            values[n] = _b64decode(text)
-        except (binascii.Error, ValueError):
-            return None
-    for n, data in enumerate(values):
-        if sniff(data) is not None:  # bytes that are no image (a tf.Example, text) pass, as there
-            check_image(data, max_pixels, f"request.instances[{n}]", formats=None)
-    return {key: coerce(values, info, sig.name)}
+    return b64_tensors(values, key, info, sig, max_pixels)
 
 
 def _final(response: InvocationResponse) -> tuple:
