@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 # Keys per feed call at most: past this a call's cost is negligible, and a longer chunk only
 # adds look-ahead (the local engine hands its workers chunks of the same size).
 MAX_CHUNK = 256
+# Keys the driver keeps ahead of an actor's runner (key-only chunks; see inbox_size).
+INBOX_KEYS = 256
 # Tries of the call that waits for a restarted actor (each waits for Ray to report the actor
 # alive or restarting again); past them the actor is taken as gone.
 REVIVE_RETRIES = 100
@@ -64,6 +66,7 @@ class RayJob:
         self.timeline = timeline
         self.n = spec.instance_count
         self.chunk = chunk_size(spec)
+        self.inbox = inbox_size(spec, self.chunk, self.options.remote_read)
         self.summaries = [InstanceSummary(instance=i) for i in range(self.n)]
         self.fatal: dict[int, str] = {}
         self.calls: dict = {}  # ray ObjectRef -> (kind, instance, epoch, chunk or None)
@@ -236,9 +239,9 @@ class RayJob:
     def _send(self, st: _Instance) -> None:
         if st.done or st.reviving or st.incarnation is None and st.fed:
             return  # not started (or restarting): the first answer says which process it is
-        # Keep at most two chunks waiting in the actor's inbox: its runner pulls from there as
-        # its dataflow has room, and each chunk it takes wakes a take() that brings the next.
-        while st.backlog and st.fed - st.taken < 2 * self.chunk:
+        # Keep ``inbox`` keys waiting in the actor's inbox: its runner pulls from there as its
+        # dataflow has room, and each chunk it takes wakes a take() that brings the next.
+        while st.backlog and st.fed - st.taken < self.inbox:
             self._feed(st, st.backlog.popleft())
         if self.exhausted and not st.backlog and not st.filling and not st.ended:
             st.ended = True
@@ -414,6 +417,20 @@ class RayJob:
             except Exception:
                 log.debug("no timeline facts from instance %d", i, exc_info=True)
         return self.summaries
+
+
+def inbox_size(spec: TransformSpec, chunk: int, remote_read: bool) -> int:
+    """Keys the driver keeps waiting in an actor's inbox: ``INBOX_KEYS``, or MaxConcurrentTransforms
+    when the job gives it (it bounds the objects in flight), never under two chunks; two chunks
+    when the chunks carry their objects' bytes (``remote_read``), so memory stays as it was.
+
+    Two chunks of 32 keys starved the actor's dataflow, which holds up to batch size x
+    (workers + 2) objects (256 at 64): it waited for the driver's next feed between chunks, and
+    the batch-size probe, timing that wait, kept 8 or 16 (benchmarks/ray/inbox.md).
+    """
+    if remote_read:
+        return 2 * chunk
+    return max(2 * chunk, spec.max_concurrent_transforms or INBOX_KEYS)
 
 
 def chunk_size(spec: TransformSpec) -> int:
