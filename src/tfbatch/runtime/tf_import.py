@@ -10,7 +10,8 @@ so ``tf.saved_model.load`` does not need it, and TensorFlow guards that import w
 ``except ImportError``. So while TensorFlow imports, loading ``keras`` raises ImportError;
 afterwards it imports normally for anyone who asks (``tf.keras`` is a lazy attribute,
 user scripts may ``import keras``). ``matplotlib.pyplot`` is hidden the same way in case
-Keras was imported already.
+Keras was imported already, and scipy and h5py, which only TensorFlow's legacy Keras copy
+imports (``REFUSED``), are refused the same way: they too import normally afterwards.
 
 ``TFBATCH_EAGER_KERAS=1`` turns this off (TensorFlow then imports Keras as it always does).
 """
@@ -25,6 +26,12 @@ import threading
 from tfbatch.settings import Environment
 
 _lock = threading.Lock()
+# Not imported while TensorFlow imports (each only where nothing imported it before). keras:
+# above. scipy and h5py: TensorFlow's legacy ``tensorflow.python.keras`` (which its feature
+# columns import) imports ``scipy.sparse`` for Keras 1-style training on sparse arrays and
+# h5py for legacy .h5 model files, each under ``except ImportError``; neither is used to load
+# or run a SavedModel, and together they were a tenth of the import (profile/tf-import.md).
+REFUSED = ("keras", "scipy", "h5py")
 
 
 class _RefuseWhileImporting(importlib.abc.MetaPathFinder):
@@ -54,7 +61,8 @@ class _Refuse(importlib.abc.Loader):
 
 
 def import_tensorflow():
-    """``tensorflow``, imported (once) without Keras and matplotlib.pyplot when nothing imported them yet."""
+    """``tensorflow``, imported (once) without Keras, scipy, h5py and matplotlib.pyplot when
+    nothing imported them yet."""
     with _lock:
         if "tensorflow" in sys.modules:
             return sys.modules["tensorflow"]
@@ -62,8 +70,9 @@ def import_tensorflow():
         if hide:
             sys.modules["matplotlib.pyplot"] = None  # makes `import matplotlib.pyplot` raise ImportError
         finder = None
-        if "keras" not in sys.modules and not Environment.read().eager_keras:
-            finder = _RefuseWhileImporting(("keras",))
+        refused = tuple(name for name in REFUSED if name not in sys.modules)
+        if refused and not Environment.read().eager_keras:
+            finder = _RefuseWhileImporting(refused)
             sys.meta_path.insert(0, finder)
         try:
             import tensorflow
