@@ -49,9 +49,9 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invocations-timeout", type=int, help="InvocationsTimeoutInSeconds per request")
     p.add_argument("--invocations-max-retries", type=int, help="InvocationsMaxRetries per request")
     p.add_argument("--max-batch-size", type=int,
-                   help="model batch size formed across requests and files (image jobs with no script, and "
-                        "jobs with an inference.py: default chosen by a short probe of the job's own batches, "
-                        "at most 10%% of its rows)")
+                   help="model batch size formed across requests and files (default: chosen by a short "
+                        "probe of the job's own batches, at most 10%% of its rows; 16 where the hooks run "
+                        "in-process per request, --handler-workers 0)")
     p.add_argument("--lane-workers", type=int,
                    help="image jobs with no script: batches read, decoded and run at once "
                         "(default: one per core, at least 2)")
