@@ -190,7 +190,8 @@ class Dataflow:
                 size += len(flat[end][1])
                 end += 1
             if self._hop_pool is None or (not answers and end == len(flat)):
-                answers.append((start, end, self._hop(flat[start:end])))  # the whole chunk is one hop
+                # One hop for the whole chunk (or no hop threads): run it on this thread.
+                answers.append((start, end, self._hop(flat[start:end])))
             else:
                 answers.append((start, end, self._hop_pool.submit(self._hop, flat[start:end])))
                 running.append(len(answers) - 1)

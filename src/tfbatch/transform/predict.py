@@ -103,8 +103,8 @@ def row_bodies(outputs: dict[str, np.ndarray], rows: int) -> list[bytes] | None:
 # joint model call and its split), so they pay off at larger sizes: the scripted JPEG job on
 # 2 cores ran 1,294 images/s steady at 16 and 2,152 at 128 (benchmarks/transform/profile/pool-hops.md).
 POOL_CANDIDATES = (8, 16, 32, 64, 128)
-# Where the probe starts climbing for the pool: the middle size, one step from 16 and from
-# 64, the sizes the jobs measured best at (heavy models at 16, the tiny model's hooks at 64-128).
+# Where the probe starts climbing for the pool: the middle size, one step from 16 (where the image
+# lane's grid kept MobileNetV2) and from 64 (where the tiny model's hooks ran best).
 POOL_START = 32
 
 
@@ -112,7 +112,7 @@ class PoolPredict:
     """The handler pool's ``invoke_many`` with its hop size picked by the batch-size probe.
 
     Each hop's requests go through ``PooledService.invoke_many`` unchanged; the probe is told
-    when a hop finished (requests, monotonic time, CPU time) and picks the next chunk's size.
+    when a hop finished (requests, monotonic time, CPU time) and picks the next chunk's or hop's size.
     ``cpu`` gives the CPU seconds spent so far where they are all in this process (hooks run
     in-process); with worker processes it is None and the probe compares wall time.
     """

@@ -131,3 +131,23 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
             np.testing.assert_allclose(ours, json.loads(alone.body)["predictions"], rtol=1e-5, atol=1e-6)
     finally:
         server.close()
+
+
+def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, linear_model):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for f in range(3):
+        (inp / f"shard-{f}.jsonl").write_bytes(b"".join(json.dumps([f, i, 1.0]).encode() + b"\n" for i in range(400)))
+    common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
+                  assemble_with="Line")
+    tuned = run_transform(output=str(tmp_path / "tuned"), **common)
+    fixed = run_transform(output=str(tmp_path / "fixed"), max_batch_size=16, **common)
+    assert tuned.ok and fixed.ok and tuned.records == fixed.records == 1200
+    assert _outs(tmp_path / "tuned") == _outs(tmp_path / "fixed")
+    (stats,) = tuned.batches.values()
+    assert stats["predict"] == "handler-pool" and stats["chosen_by"] == {"max_batch_size": "tuner"}
+    # One chunk holds all three objects: the probe timed more than one size all the same, each
+    # hop formed at the size it handed out when a hop thread could take it.
+    assert len(stats["autotune"]["ms_per_row"]) >= 2 and stats["rows"] == 1200
+    (plain,) = fixed.batches.values()
+    assert "autotune" not in plain and plain["batches"] >= 1200 // 16
