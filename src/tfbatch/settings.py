@@ -127,7 +127,8 @@ class EnvironmentValues(pydantic.BaseModel):
     batch_job: Bool = _var("SAGEMAKER_BATCH")
     # tfbatch's own
     batch_idle_dispatch: Bool = _var("TFBATCH_BATCH_IDLE_DISPATCH")
-    eager_keras: Bool = _var("TFBATCH_EAGER_KERAS")  # runtime/tf_import.py: let TensorFlow import Keras eagerly
+    # runtime/tf_import.py: let TensorFlow import Keras, scipy and h5py eagerly
+    eager_keras: Bool = _var("TFBATCH_EAGER_KERAS")
     auth_token: Token = _var("TFBATCH_AUTH_TOKEN")
     auth_token_file: Text = _var("TFBATCH_AUTH_TOKEN_FILE")
     ray_address: Text = _var("TFBATCH_RAY_ADDRESS")
