@@ -103,10 +103,6 @@ class Worker:
                 at += len(images.texts)
         return firsts
 
-    def input(self, item: tuple) -> tuple:
-        """One request's input step (``run`` does a hop's)."""
-        return self.run("input", [item])[0]
-
     def _input(self, item: tuple) -> tuple | "_Images":
         ctx = self.context(item)
         if self.handlers is None:
@@ -298,7 +294,16 @@ def b64decode_all(texts: list[str]) -> list[bytes | None]:
 
 def b64_texts(body: Any, sig: Any) -> tuple[str, Any, list[str]] | None:
     """(input key, its TensorInfo, the base64 texts) of ``{"instances": [{"b64": ...}, ...]}``
-    for a one-string-input signature, or None for any other body (the general path's)."""
+    for a one-string-input signature, or None for any other body (the general path's).
+
+    What the scripts around image models send (``input_handler`` base64-wraps each image),
+    and what the general path spends most of a record's decode on: it walks the body twice,
+    base64-decodes each image's first bytes to check its header, then the whole value again
+    in the codec. The fast path (``Worker.run``): these texts, decoded once with the hop's
+    others (``b64decode_all``, which accepts only what ``b64decode(validate=True)`` accepts;
+    a value it refuses sends the whole body the general way), then ``b64_tensors`` checks each
+    header on the decoded bytes with the same check, limits and path in the message. The
+    tensors are the ones ``decode_predict`` gives (tests/unit/handlers/test_b64_rows.py)."""
     if type(body) is not dict or len(body) != 1 or len(sig.inputs) != 1:
         return None
     instances = body.get("instances")
@@ -330,29 +335,6 @@ def b64_tensors(values: list[bytes], key: str, info: Any, sig: Any, max_pixels: 
             check_image(data, max_pixels, f"request.instances[{n}]", formats=None)
         array[n] = data
     return {key: coerce(array, info, sig.name)}
-
-
-def b64_rows(body: Any, sig: Any, max_pixels: int) -> dict[str, Any] | None:
-    """The tensors of ``{"instances": [{"b64": ...}, ...]}`` for a one-string-input signature,
-    or None for any other body (then the general path decodes it, and words any error).
-
-    What the scripts around image models send (``input_handler`` base64-wraps each image),
-    and what the general path spends most of a record's decode on: it walks the body twice,
-    base64-decodes each image's first bytes to check its header, then the whole value again
-    in the codec. Here each value is decoded once (by a decoder that accepts only what
-    ``b64decode(validate=True)`` accepts; anything it refuses goes the general way), and
-    the header is checked on the decoded bytes with the same check, the same limits and the
-    same path in the message. The tensors are the ones ``decode_predict`` gives. A worker
-    does the same for a whole hop at once (``Worker.run``).
-    """
-    found = b64_texts(body, sig)
-    if found is None:
-        return None
-    key, info, texts = found
-    values = b64decode_all(texts)
-    if any(v is None for v in values):
-        return None
-    return b64_tensors(values, key, info, sig, max_pixels)
 
 
 def _final(response: InvocationResponse) -> tuple:

@@ -28,16 +28,22 @@ def output_handler(response, context):
 """
 
 
+def _jsonl_objects(folder: Path, name: str, *, objects: int, lines: int) -> Path:
+    """``folder`` with ``<name>-<f>.jsonl`` objects of ``lines`` lines ``[f, i, 1.0]``."""
+    folder.mkdir()
+    for f in range(objects):
+        (folder / f"{name}-{f}.jsonl").write_bytes(b"".join(json.dumps([f, i, 1.0]).encode() + b"\n"
+                                                           for i in range(lines)))
+    return folder
+
+
 def _outs(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*.out"))
             if "_tfbatch" not in p.parts}
 
 
 def test_split_records_from_many_objects_share_hops_and_match_the_in_process_path(tmp_path, linear_model):
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for f in range(6):
-        (inp / f"part-{f}.jsonl").write_bytes(b"".join(json.dumps([f, i, 1.0]).encode() + b"\n" for i in range(9)))
+    inp = _jsonl_objects(tmp_path / "in", "part", objects=6, lines=9)
     common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
                   assemble_with="Line", max_batch_size=16)
     pooled = run_transform(output=str(tmp_path / "pooled"), handler_workers=2, **common)
@@ -134,10 +140,7 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
 
 
 def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, linear_model):
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for f in range(3):
-        (inp / f"shard-{f}.jsonl").write_bytes(b"".join(json.dumps([f, i, 1.0]).encode() + b"\n" for i in range(400)))
+    inp = _jsonl_objects(tmp_path / "in", "shard", objects=3, lines=400)
     common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
                   assemble_with="Line")
     tuned = run_transform(output=str(tmp_path / "tuned"), **common)

@@ -11,8 +11,7 @@ from PIL import Image
 
 from benchmarks.common.models import INFERENCE_SCRIPT
 from tfbatch import run_transform
-from tfbatch.artifact import package
-from tfbatch.testing.models import make_image_bytes_model
+from tfbatch.testing.models import make_image_bytes_model, scripted_archive
 
 SCRIPT = "import tensorflow as tf\n" + INFERENCE_SCRIPT + '''
 
@@ -37,6 +36,15 @@ def _png(value: int, tail: bytes = b"") -> bytes:
     return buf.getvalue() + tail
 
 
+def _scripted_job(tmp_path, images: int, *, step: int, raising: tuple[int, ...] = ()) -> None:
+    """``model.tar.gz`` (the image-bytes model with SCRIPT) and ``in/``: ``images`` PNGs, those
+    numbered in ``raising`` ending in the bytes that make the script fail."""
+    scripted_archive([make_image_bytes_model(tmp_path / "sm" / "1")], SCRIPT, tmp_path)
+    (tmp_path / "in").mkdir()
+    for n in range(images):
+        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * step, b"RAISE" if n in raising else b""))
+
+
 def _job(tmp_path, out: str, workers: int | None, **kw):
     return run_transform(model=str(tmp_path / "model.tar.gz"), input=str(tmp_path / "in"),
                          output=str(tmp_path / out), content_type="application/x-image", handler_workers=workers, **kw)
@@ -47,13 +55,7 @@ def _outputs(root) -> dict[str, bytes]:
 
 
 def test_tensorflow_script_runs_its_hooks_in_process_with_the_pools_answers(tmp_path):
-    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
-    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
-    (tmp_path / "in").mkdir()
-    for n in range(30):
-        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 7, b"RAISE" if n in (4, 17) else b""))
+    _scripted_job(tmp_path, 30, step=7, raising=(4, 17))
 
     pool = _job(tmp_path, "pool", 2, max_batch_size=1)
     inline = _job(tmp_path, "inline", None, max_batch_size=1)
@@ -71,13 +73,7 @@ def test_tensorflow_script_runs_its_hooks_in_process_with_the_pools_answers(tmp_
 
 
 def test_tensorflow_script_batches_hops_in_process(tmp_path):
-    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
-    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
-    (tmp_path / "in").mkdir()
-    for n in range(24):
-        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 5))
+    _scripted_job(tmp_path, 24, step=5)
     inline = _job(tmp_path, "inline", None, max_batch_size=8)
     assert inline.succeeded == 24
     (stats,) = inline.batches.values()
@@ -86,13 +82,7 @@ def test_tensorflow_script_batches_hops_in_process(tmp_path):
 
 
 def test_a_scripted_job_without_a_batch_size_has_its_hops_sized_by_the_probe(tmp_path):
-    savedmodel = make_image_bytes_model(tmp_path / "sm" / "1")
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "inference.py").write_text(SCRIPT)
-    package([savedmodel], tmp_path / "model.tar.gz", code_dir=tmp_path / "code")
-    (tmp_path / "in").mkdir()
-    for n in range(40):
-        (tmp_path / "in" / f"img-{n:03d}.png").write_bytes(_png(n * 3, b"RAISE" if n == 9 else b""))
+    _scripted_job(tmp_path, 40, step=3, raising=(9,))
 
     tuned = _job(tmp_path, "tuned", None)
     fixed = _job(tmp_path, "fixed", None, max_batch_size=4)
