@@ -1,5 +1,3 @@
-import sys
+from tfbatch.cli import run
 
-from tfbatch.cli import main
-
-sys.exit(main())
+run()

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import logging
+import os
 import sys
+import threading
 import traceback
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from tfbatch.errors import (
     ArtifactError,
@@ -222,5 +225,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
+def run() -> NoReturn:
+    """The ``tfbatch`` console script and ``python -m tfbatch``: ``main()``, then the exit."""
+    end(main())
+
+
+def end(code: int) -> NoReturn:
+    """End the process with ``code``, without the interpreter's teardown of TensorFlow.
+
+    Once TensorFlow is imported, Python's own exit spends about a second of CPU (2-vCPU VM)
+    tearing down its thousands of modules and TensorFlow's C++ state, after every output is
+    durable and the report written: a sixth of a 5,000-image job's wall time
+    (benchmarks/transform/profile/exit.md). So this does the part of the exit anyone can
+    observe -- waits for non-daemon threads, runs the ``atexit`` handlers (logging's flush,
+    multiprocessing's and Ray's clean-ups), flushes stdout and stderr -- and then ``os._exit``.
+    Without TensorFlow, or with ``TFBATCH_FULL_EXIT=1``, it is a plain ``sys.exit``. Only the
+    command-line entry points call it; ``main`` returns to its caller as before.
+    """
+    if "tensorflow" not in sys.modules or _full_exit():
+        sys.exit(code)
+    threading._shutdown()  # type: ignore[attr-defined]  # what Python's exit does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # closed or replaced streams: nothing to save
+            pass
+    os._exit(code)
+
+
+def _full_exit() -> bool:
+    from tfbatch.settings import Environment
+
+    try:
+        return bool(Environment.read().full_exit)
+    except TfbatchError:  # a bad value was already reported when the command read it
+        return True
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -1,6 +1,7 @@
 """The ``tfbatch`` command line: inspect and package on a real SavedModel, errors exit 2."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -112,3 +113,40 @@ def test_unreachable_storage_is_an_infrastructure_error_exit_3(tmp_path, linear)
                            "application/json"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# cli.end: once TensorFlow is imported the command skips the interpreter's teardown, but not
+# what anyone can observe of an exit. The child says when it has reached end(); only then
+# does the test let its non-daemon thread finish, so an end() that did not wait for the
+# thread would exit before the thread's file exists.
+END_SCRIPT = r"""
+import atexit, pathlib, sys, threading
+import tensorflow
+from tfbatch.cli import end
+
+out = pathlib.Path(sys.argv[1])
+def late():
+    sys.stdin.readline()
+    (out / "thread").write_text("joined")
+threading.Thread(target=late).start()
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+sys.stdout.write("last words without a newline")  # a pipe: block-buffered until flushed
+sys.stderr.write("reached end\n"); sys.stderr.flush()
+end(7)
+"""
+
+
+@pytest.mark.parametrize("full", ["0", "1"])
+def test_the_exit_joins_threads_runs_atexit_and_flushes_output(tmp_path, full):
+    env = {**os.environ, "TFBATCH_FULL_EXIT": full}
+    proc = subprocess.Popen([sys.executable, "-c", END_SCRIPT, str(tmp_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:
+        if line == "reached end\n":
+            break
+    assert proc.poll() is None and not (tmp_path / "thread").exists()
+    out, _ = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 7
+    assert out == "last words without a newline"
+    assert (tmp_path / "thread").read_text() == "joined"
+    assert (tmp_path / "atexit").read_text() == "ran"
