@@ -178,3 +178,26 @@ def test_both_sides_charge_requests_against_the_model_servers_budget(linear_dir)
         small = requests.post(f"http://127.0.0.1:{ends.rest_port}/v1/models/linear:predict",
                               json={"instances": rows[:100].tolist()}, timeout=60)
         assert small.status_code == 200, small.text
+
+
+def test_a_client_that_connects_before_the_loop_runs_is_answered_and_a_stop_closes_the_port(linear_dir):
+    """The loopback REST server starts without waiting for uvicorn (its socket listens first)
+    and stops without waiting for uvicorn's tick; a client is neither refused early nor
+    served after the stop."""
+    import socket as _socket
+
+    from tfbatch.runtime import ModelServer, RuntimeSettings
+    from tfbatch.tfs.loopback import LoopbackEndpoints
+
+    with ModelServer({"linear": {1: linear_dir / "1"}}, RuntimeSettings()) as server:
+        ends = LoopbackEndpoints(server).start()
+        rest = ends._rest
+        r = requests.post(f"http://127.0.0.1:{ends.rest_port}/v1/models/linear:predict",
+                          json={"instances": X.tolist()}, timeout=60)
+        assert r.status_code == 200, r.text
+        port = ends.rest_port
+        ends.stop()
+        rest.thread.join(30)
+        assert not rest.thread.is_alive() and rest.error is None
+        with pytest.raises(ConnectionRefusedError):
+            _socket.create_connection(("127.0.0.1", port), timeout=10).close()
