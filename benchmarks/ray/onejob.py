@@ -5,7 +5,8 @@ flags with tfbatch's own parser and runs the job as ``tfbatch transform`` does (
 same engine), then writes wall-clock marks to ``T.json``: when this process started, when
 its imports were done, when the job started and ended, and, on the Ray engine, the driver's
 and every actor's own marks (``RunTimeline.marks`` / ``actor_marks``: connected, actors
-submitted, actor process started, model loaded, first key, first result, ...).
+submitted, actor process started, model loaded, first key, first result, ...), and ends the
+process as ``tfbatch`` does (``cli.end``).
 """
 
 from __future__ import annotations
@@ -52,4 +53,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    from tfbatch.cli import end
+
+    end(main(sys.argv[1:]))  # the exit `tfbatch` itself takes (cli.end)

@@ -8,6 +8,13 @@ every job queued for that process when it becomes free goes in one pickled messa
 batch of records costs one round trip, and requests submitted one by one from many threads
 coalesce the same way.
 
+With ``start`` (the default when the job does not say how many), the pool starts that many
+processes and adds one at a time, up to ``size``, while the started ones are busy nearly all
+the time: each process costs 0.6-1.3 s of CPU to start (Python, tfbatch's and the script's
+imports), which a job whose hooks are cheap never earns back on a many-core machine
+(benchmarks/transform/profile/pool-growth.md: 16 processes on 16 cores took 2.5x the CPU and
+1.24x the wall time of one, on 2,000 images).
+
 A worker that dies mid-hop (the script calls ``os._exit``, segfaults, is killed) fails only
 the records of that hop, as :data:`LOST` results, and is replaced before the next hop. The
 caller turns LOST into a 503 (Unavailable), which a batch job retries and, failing that,
@@ -23,7 +30,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -34,6 +43,11 @@ log = logging.getLogger(__name__)
 LOST = "lost"
 MAX_ITEMS_PER_HOP = 256
 MAX_FAILED_STARTS = 3  # in a row: the script cannot start in a child, every later hop is LOST
+# Growth: over a window of at least GROW_WINDOW_S, the started processes spent this share of
+# their time in hops (a hop in flight counts): the hooks are what the job waits on.
+GROW_WINDOW_S = 0.5
+GROW_BUSY = 0.85
+START_WORKERS = 2  # what a job that does not say starts with (transform/instance.py)
 
 
 class _Slot:
@@ -50,6 +64,9 @@ class _Slot:
         self.conn = None
         self.closing = False
         self.busy = False
+        self.busy_s = 0.0  # time spent in hops; with hop_started, what growth reads
+        self.hop_started = 0.0
+        self.ready = threading.Event()  # its first start is over (taking hops, or failed)
         self.spawned: tuple[subprocess.Popen, socket.socket] | None = None  # by start(), before its handshake
         self.thread = threading.Thread(target=self._loop, name=f"handler-pool-{index}", daemon=True)
 
@@ -117,7 +134,8 @@ class _Slot:
             return taken
 
     def _loop(self) -> None:
-        self._replace()  # start the process now, while the parent is still busy elsewhere
+        # Start the process now, while the parent is still busy elsewhere.
+        self.pool._started(self, self._replace())
         while True:
             taken = self._take()
             if taken is None:
@@ -143,17 +161,20 @@ class _Slot:
             if not taken:
                 return
         try:
+            self.hop_started = self.pool.clock()
             self.busy = True
             wire.send(self.conn, [(step, items) for step, items, _, _ in taken])
             results = wire.recv(self.conn)
         except (EOFError, OSError):
             self.busy = False
+            self.busy_s += self.pool.clock() - self.hop_started
             code = self._reap()
             self.pool.restarts += 1
             _settle(taken, None, self.index, generation,
                     f"handler worker process exited (exit code {code}) while running this record")
             return
         self.busy = False
+        self.busy_s += self.pool.clock() - self.hop_started
         self.pool.hops += 1
         _settle(taken, results, self.index, generation, "")
 
@@ -177,7 +198,12 @@ class _Slot:
             return None
         return _end(proc)
 
+    def busy_until(self, now: float) -> float:
+        return self.busy_s + (now - self.hop_started if self.busy else 0.0)
+
     def stop(self) -> None:
+        if not self.thread.is_alive() and self.thread.ident is None:
+            return  # a process the pool never grew to
         with self.cond:
             self.closing = True
             self.cond.notify()
@@ -218,13 +244,22 @@ def _settle(taken, results, index: int, generation: int, lost: str) -> None:
 
 
 class HandlerPool:
-    """``size`` handler worker processes for one script; ``submit`` ships records to them."""
+    """Up to ``size`` handler worker processes for one script; ``submit`` ships records to them.
 
-    def __init__(self, init: dict[str, Any], size: int):
+    ``start``: how many processes start at once (all ``size`` when None); the pool then adds
+    one at a time while those are busy (see the module's docstring). ``size`` is the number
+    of processes taking hops now, ``max_size`` the most it may grow to. ``clock`` times the
+    hops for that (a test's fake clock).
+    """
+
+    def __init__(self, init: dict[str, Any], size: int, *, start: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         if size < 1:
             raise ValueError(f"a handler pool needs at least one process, got {size}")
         self.init = init
-        self.size = size
+        self.clock = clock
+        self.max_size = size
+        self.size = size if start is None else max(1, min(start, size))
         self.hops = 0
         self.restarts = 0
         self.started_before_models = 0  # processes started while the model was still loading
@@ -235,10 +270,13 @@ class HandlerPool:
         self._slots = [_Slot(self, i) for i in range(size)]
         self._next = 0
         self._lock = threading.Lock()
+        self._growing = False
+        self._closed = False
+        self._window: tuple[float, float] | None = None  # (since, busy seconds then)
 
     def start(self) -> "HandlerPool":
-        """Start every process now; each imports the script on its own while this one goes on."""
-        for slot in self._slots:
+        """Start the first processes now; each imports the script on its own while this one goes on."""
+        for slot in self._slots[:self.size]:
             slot.spawned = slot._spawn()
             slot.thread.start()  # the handshake, then hops
         return self
@@ -267,13 +305,51 @@ class HandlerPool:
         else:
             with self._lock:
                 # The least-loaded process; ties go round-robin so idle processes all get work.
-                order = self._slots[self._next:] + self._slots[:self._next]
-                slot = min(order, key=lambda s: s.queued)
-                self._next = (slot.index + 1) % self.size
+                live = self._slots[:self.size]
+                start = self._next % len(live)
+                slot = min(live[start:] + live[:start], key=lambda s: s.queued)
+                self._next = (slot.index + 1) % len(live)
+                grow = self._to_grow()
+                if grow is not None:  # under the lock, so that close() sees its thread
+                    grow.spawned = grow._spawn()
+                    grow.thread.start()  # takes hops once its handshake is done (_started)
         slot.submit(step, items, future, None if where is None else where[1])
         return future
 
+    def _to_grow(self) -> "_Slot | None":
+        """The next process to start, when the started ones were busy nearly all the last
+        window; called under the lock, on every submit."""
+        if self._growing or self._closed or self.size >= self.max_size:
+            return None
+        now = self.clock()
+        busy = sum(s.busy_until(now) for s in self._slots[:self.size])
+        if self._window is None:
+            self._window = (now, busy)
+            return None
+        since, busy_then = self._window
+        if now - since < GROW_WINDOW_S:
+            return None
+        self._window = (now, busy)
+        if (busy - busy_then) < GROW_BUSY * (now - since) * self.size:
+            return None
+        self._growing = True
+        return self._slots[self.size]
+
+    def _started(self, slot: "_Slot", ok: bool) -> None:
+        """A process's first start is over: a process the pool grew to takes hops from now on."""
+        with self._lock:
+            if slot.index == self.size and self._growing:  # not one of the first ones
+                if ok:
+                    self.size += 1
+                else:
+                    self.max_size = self.size  # it cannot start: the pool stays as it is
+                self._growing = False
+                self._window = None
+        slot.ready.set()
+
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
         for slot in self._slots:
             slot.closing = True
         self._models_set.set()  # a handshake still waiting for the model gives up
@@ -282,5 +358,6 @@ class HandlerPool:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"handler_workers": self.size, "hops": self.hops, "worker_restarts": self.restarts,
+        return {"handler_workers": self.size, "handler_workers_max": self.max_size, "hops": self.hops,
+                "worker_restarts": self.restarts,
                 "workers_started_before_model_loaded": self.started_before_models}

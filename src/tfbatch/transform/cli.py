@@ -83,9 +83,10 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
     p.add_argument("--handler-workers", type=int, metavar="N",
                    help="processes per instance running code/inference.py's hooks, or with no script the JSON/CSV "
-                        "parse and image decode (default: the cores divided by the instances, but none for a "
-                        "script that imports TensorFlow or below 3 cores per instance: its hooks run in "
-                        "process, a hop at a time; 0: in the instance's own process, a request at a time)")
+                        "parse and image decode (default: up to the cores divided by the instances, 2 at first "
+                        "and one more while they are busy; none for a script that imports TensorFlow or "
+                        "below 3 cores per instance: its hooks run in process, a hop at a time; N: N at "
+                        "once; 0: in the instance's own process, a request at a time)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 

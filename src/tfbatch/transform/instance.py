@@ -177,10 +177,9 @@ class InstanceRunner:
 
         artifact = open_artifact(self.spec.model)
         if artifact.inference_script is None and not is_image(self.spec.content_type) and self.handler_workers() > 0:
-            from tfbatch.handlers.pool import HandlerPool
             from tfbatch.handlers.pooled import script_init
 
-            self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
+            self.pool = self._handler_pool(script_init(None, self.spec.max_image_pixels))
         return artifact
 
     def rebind(self, spec: TransformSpec) -> "InstanceRunner":
@@ -215,21 +214,26 @@ class InstanceRunner:
                 log.info("the script's hooks run in this process, a hop at a time: %s", reason)
                 self.pool = InlinePool(init, reason)
                 return
-        from tfbatch.handlers.pool import HandlerPool
-
-        self.pool = HandlerPool(init, self.handler_workers()).start()
+        self.pool = self._handler_pool(init)
 
     def _start_default_pool(self, service) -> None:
         """No script: the default handling's JSON/CSV parse and image decode go to worker
         processes too (they hold the GIL per record), unless the model decodes the images
         itself in its graph (``ImageBatchPredict``), which needs no worker."""
-        from tfbatch.handlers.pool import HandlerPool
         from tfbatch.handlers.pooled import script_init
         from tfbatch.transform.predict import image_batch_blocker
 
         if image_batch_blocker(self.spec, service) is None:
             return
-        self.pool = HandlerPool(script_init(None, self.spec.max_image_pixels), self.handler_workers()).start()
+        self.pool = self._handler_pool(script_init(None, self.spec.max_image_pixels))
+
+    def _handler_pool(self, init: dict):
+        """Handler worker processes, started: --handler-workers N of them, else the first
+        START_WORKERS of this instance's share of the cores, more as they turn out busy."""
+        from tfbatch.handlers.pool import START_WORKERS, HandlerPool
+
+        start = None if self.spec.handler_workers is not None else START_WORKERS
+        return HandlerPool(init, self.handler_workers(), start=start).start()
 
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
