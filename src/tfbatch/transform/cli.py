@@ -54,7 +54,7 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                         "in-process per request, --handler-workers 0)")
     p.add_argument("--lane-workers", type=int,
                    help="image jobs with no script: batches read, decoded and run at once "
-                        "(default: one per core, at least 2)")
+                        "(default: one per core, at least 3)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "

@@ -29,6 +29,11 @@ from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailur
 from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
+# Batches of an image job (no script) in flight at once, at least: on 2 cores a third keeps
+# the cores busier while the other two wait on the model call or the writes (jpeg-float at
+# 20,000 images: 1,391-1,398 -> 1,544-1,550 images/s steady, 1.11 -> 1.04 ms CPU per image;
+# jpeg-bytes +3 %; benchmarks/transform/profile/lane-threads.md). --lane-workers overrides it.
+MIN_LANE_THREADS = 3
 
 Emit = Callable[[ObjectResult], None]
 
@@ -330,13 +335,14 @@ class InstanceRunner:
 
             tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows)
         chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
-                     "workers": "flag" if self.spec.lane_workers else "default (one per core, at least 2)",
+                     "workers": "flag" if self.spec.lane_workers
+                     else f"default (one per core, at least {MIN_LANE_THREADS})",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 2)"}
         predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
                                                     tuner=tuner)
         return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
-                        threads=self.spec.lane_workers or max(2, os.cpu_count() or 1),
+                        threads=self.spec.lane_workers or max(MIN_LANE_THREADS, os.cpu_count() or 1),
                         max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,
                         chosen_by=chosen_by)
 

@@ -75,7 +75,7 @@ class TransformSpec(BaseModel):
     # "yes unless max_batch_size was given", resolved once when the spec is built.
     autotune: bool | None = None
     # Batches read, decoded (in the graph) and run at once in the batch lane; None: the
-    # autotuner's choice, else one per core (at least 2).
+    # autotuner's choice, else one per core (at least 3).
     lane_workers: int | None = Field(default=None, ge=1, le=64)
     # Also redo objects an earlier run finished with recorded bad-input failures.
     retry_failed: bool = False

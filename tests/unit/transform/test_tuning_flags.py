@@ -52,12 +52,12 @@ def test_the_summary_names_the_lanes_choices():
 
 
 def test_the_summary_says_who_set_each_knob_and_why_the_tuner_chose():
-    stats = {"lane": "batch", "max_batch_size": 32, "workers": 2, "in_flight_objects": 96,
+    stats = {"lane": "batch", "max_batch_size": 32, "workers": 3, "in_flight_objects": 160,
              "autotune": {"chosen": 32, "source": "tuner", "why": "32 after timing 16: 2, 32: 1.5 ms per row (wall)"},
-             "chosen_by": {"max_batch_size": "tuner", "workers": "default (one per core, at least 2)",
+             "chosen_by": {"max_batch_size": "tuner", "workers": "default (one per core, at least 3)",
                            "in_flight_objects": "batch size x (workers + 2)"}}
     line = lane_choices("m", stats)
-    assert "batch size by tuner, workers by default (one per core, at least 2)" in line
+    assert "batch size by tuner, workers by default (one per core, at least 3)" in line
     assert line.endswith("tuner: 32 after timing 16: 2, 32: 1.5 ms per row (wall)")
     flagged = lane_choices("m", {**stats, "autotune": None,
                                  "chosen_by": {"max_batch_size": "flag", "workers": "flag", "in_flight_objects": "flag"}})
