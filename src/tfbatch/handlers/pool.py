@@ -270,6 +270,7 @@ class HandlerPool:
         self._slots = [_Slot(self, i) for i in range(size)]
         self._next = 0
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._growing = False
         self._closed = False
         self._window: tuple[float, float] | None = None  # (since, busy seconds then)
@@ -283,7 +284,8 @@ class HandlerPool:
 
     def _count_spawn(self) -> None:
         if not self._models_set.is_set():
-            with self._lock:
+            # Its own lock: a process the pool grows to is spawned under self._lock (submit).
+            with self._count_lock:
                 self.started_before_models += 1
 
     def set_models(self, models: dict[str, Any]) -> None:
