@@ -6,7 +6,7 @@ same engine), then writes wall-clock marks to ``T.json``: when this process star
 its imports were done, when the job started and ended, and, on the Ray engine, the driver's
 and every actor's own marks (``RunTimeline.marks`` / ``actor_marks``: connected, actors
 submitted, actor process started, model loaded, first key, first result, ...), and ends the
-process as ``tfbatch`` does (``cli.end``).
+process as ``tfbatch`` does (``runtime.exit.end``).
 """
 
 from __future__ import annotations
@@ -53,6 +53,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from tfbatch.cli import end
+    from tfbatch.runtime.exit import end
 
-    end(main(sys.argv[1:]))  # the exit `tfbatch` itself takes (cli.end)
+    end(main(sys.argv[1:]))  # the exit `tfbatch` itself takes (runtime.exit.end)

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import logging
-import os
 import sys
-import threading
 import traceback
 from typing import NoReturn, Sequence
 
@@ -225,47 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
 
-# Modules whose teardown at exit `end` skips (see there).
-HEAVY_TEARDOWN = ("tensorflow", "ray")
-
-
 def run() -> NoReturn:
-    """The ``tfbatch`` console script and ``python -m tfbatch``: ``main()``, then the exit."""
-    end(main())
+    """The ``tfbatch`` console script and ``python -m tfbatch``: ``main()``, then
+    ``runtime.exit.end`` (no teardown of TensorFlow or Ray). ``main`` returns to its caller."""
+    code = main()
+    from tfbatch.runtime.exit import end
 
-
-def end(code: int) -> NoReturn:
-    """End the process with ``code``, without the interpreter's teardown of TensorFlow.
-
-    Once TensorFlow is imported, Python's own exit spends about a second of CPU (2-vCPU VM)
-    tearing down its thousands of modules and TensorFlow's C++ state, after every output is
-    durable and the report written: a sixth of a 5,000-image job's wall time
-    (benchmarks/transform/profile/exit.md). So this does the part of the exit anyone can
-    observe -- waits for non-daemon threads, runs the ``atexit`` handlers (logging's flush,
-    multiprocessing's and Ray's clean-ups), flushes stdout and stderr -- and then ``os._exit``.
-    A Ray driver's teardown (Ray and gRPC's modules) is 0.15 s the same way, after the engine's
-    own ``ray.shutdown()``. Without either, or with ``TFBATCH_FULL_EXIT=1``, it is a plain
-    ``sys.exit``. Only the command-line entry points call it; ``main`` returns to its caller.
-    """
-    if not any(name in sys.modules for name in HEAVY_TEARDOWN) or _full_exit():
-        sys.exit(code)
-    threading._shutdown()  # type: ignore[attr-defined]  # what Python's exit does first
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):  # closed or replaced streams: nothing to save
-            pass
-    os._exit(code)
-
-
-def _full_exit() -> bool:
-    from tfbatch.settings import Environment
-
-    try:
-        return bool(Environment.read().full_exit)
-    except TfbatchError:  # a bad value was already reported when the command read it
-        return True
+    end(code)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ class EnvironmentValues(pydantic.BaseModel):
     batch_idle_dispatch: Bool = _var("TFBATCH_BATCH_IDLE_DISPATCH")
     # runtime/tf_import.py: let TensorFlow import Keras, scipy and h5py eagerly
     eager_keras: Bool = _var("TFBATCH_EAGER_KERAS")
-    # cli.end: keep Python's full teardown at exit once TensorFlow is imported (about 1 s)
+    # runtime/exit.end: keep Python's full teardown at exit once TensorFlow is imported (about 1 s)
     full_exit: Bool = _var("TFBATCH_FULL_EXIT")
     auth_token: Token = _var("TFBATCH_AUTH_TOKEN")
     auth_token_file: Text = _var("TFBATCH_AUTH_TOKEN_FILE")

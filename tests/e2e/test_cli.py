@@ -115,14 +115,14 @@ def test_unreachable_storage_is_an_infrastructure_error_exit_3(tmp_path, linear)
     assert "Traceback" not in proc.stderr
 
 
-# cli.end: once TensorFlow is imported the command skips the interpreter's teardown, but not
+# runtime.exit.end (the command's exit): once TensorFlow is imported the command skips the interpreter's teardown, but not
 # what anyone can observe of an exit. The child says when it has reached end(); only then
 # does the test let its non-daemon thread finish, so an end() that did not wait for the
 # thread would exit before the thread's file exists.
 END_SCRIPT = r"""
 import atexit, pathlib, sys, threading
 import tensorflow
-from tfbatch.cli import end
+from tfbatch.runtime.exit import end
 
 out = pathlib.Path(sys.argv[1])
 def late():

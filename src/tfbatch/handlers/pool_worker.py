@@ -382,4 +382,7 @@ if __name__ == "__main__":
     import socket
     import sys
 
+    from tfbatch.runtime.exit import end
+
     main(socket.socket(fileno=int(sys.argv[1])))
+    end(0)
