@@ -202,8 +202,8 @@ class _Slot:
         return self.busy_s + (now - self.hop_started if self.busy else 0.0)
 
     def stop(self) -> None:
-        if not self.thread.is_alive() and self.thread.ident is None:
-            return  # a process the pool never grew to
+        if self.thread.ident is None:
+            return  # a process the pool never grew to (its thread never started)
         with self.cond:
             self.closing = True
             self.cond.notify()
@@ -324,13 +324,13 @@ class HandlerPool:
         if self._growing or self._closed or self.size >= self.max_size:
             return None
         now = self.clock()
+        if self._window is not None and now - self._window[0] < GROW_WINDOW_S:
+            return None  # most submits: the window is still open
         busy = sum(s.busy_until(now) for s in self._slots[:self.size])
         if self._window is None:
             self._window = (now, busy)
             return None
         since, busy_then = self._window
-        if now - since < GROW_WINDOW_S:
-            return None
         self._window = (now, busy)
         if (busy - busy_then) < GROW_BUSY * (now - since) * self.size:
             return None
