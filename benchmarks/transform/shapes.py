@@ -126,11 +126,14 @@ def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
 
 
-def jpeg_float(workdir: Path, scale: Scale) -> Job:
+def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
     model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
-    return Job(inputs, n, n, _tfbatch(model / "model-noscript.tar.gz", inputs, "application/x-image"),
+    # script: the artifact a SageMaker user already has, unchanged (its inference.py decodes
+    # with PIL and sends JSON floats, as the TFS container needs), which (c) runs too.
+    archive = model / ("model.tar.gz" if script else "model-noscript.tar.gz")
+    return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
                _tfdata("files", model / "savedmodel" / "1", inputs, "--float"),
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
@@ -179,6 +182,8 @@ SHAPES = [
     Shape("jpeg-float", "no script, float-input Keras signature [None,64,64,3], decoded by tfbatch", jpeg_float),
     Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
           lambda w, s: jpeg_bytes(w, s, script=True)),
+    Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
+          lambda w, s: jpeg_float(w, s, script=True)),
     Shape("tfrecord", "TFRecord shards, SingleRecord, AssembleWith Line, Example-parsing inference.py (seed 004)",
           lambda w, s: framed_images(w, s, framing="tfrecord")),
     Shape("csv", "CSV, Line, MultiRecord 1 MB, float-input model, no script (20 files)",

@@ -8,20 +8,25 @@ the hooks cost only their own work. ``InlinePool`` runs the same ``Worker`` step
 process (pool_worker.py) on a hook thread, not the caller's (so a request's timeout still
 holds), so the answers are the ones the pool gives:
 ``PooledService`` still decodes a whole hop, makes one joint model call and encodes the
-hop's responses, and only the process the hooks run in changes.
+hop's responses, and only the process the hooks run in changes. On 2 or more cores
+``AdaptivePool`` (adaptive_pool.py) moves the hooks to worker processes once they turn out to
+be most of this process's CPU.
 """
 
 from __future__ import annotations
 
 import pickle
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from types import ModuleType
 from typing import Any
 
-WHERE = (0, 0)  # the one "process" every step runs in; output steps are pinned to it
+# The one "process" every step runs in; output steps are pinned to it. Not a slot index, so a
+# pool that hands hops to both (adaptive_pool.py) tells its output steps apart.
+WHERE = ("in-process", 0)
 # Worker processes pay off from this many cores per instance: below it the model's own thread
 # pools and this process's reads and writes already fill the cores, and every record would
 # also pay two pickled hops between processes (measured in
@@ -64,6 +69,7 @@ class InlinePool:
         self.worker = Worker(init)
         self.reason = reason
         self.hops = 0
+        self.hook_cpu_s = 0.0  # CPU the hook threads spent in steps: what worker processes would take
         self._lock = threading.Lock()
         self._threads = HookThreads()
 
@@ -78,13 +84,17 @@ class InlinePool:
         future.where = WHERE  # type: ignore[attr-defined]
 
         def run() -> None:
+            began = time.thread_time()
             try:
                 results = self.worker.run(step, items)
             except BaseException as exc:  # noqa: BLE001 - the caller's result() raises it, as a worker's would
+                with self._lock:
+                    self.hook_cpu_s += time.thread_time() - began
                 future.set_exception(exc)
                 return
             with self._lock:
                 self.hops += 1
+                self.hook_cpu_s += time.thread_time() - began
             future.set_result(results)
 
         # Each hop on a hook thread, not the caller's, so the caller's wait keeps
@@ -93,6 +103,11 @@ class InlinePool:
         # thread cannot be killed; it is a daemon and its late result is dropped.
         self._threads.run(run)
         return future
+
+    def spent(self) -> tuple[float, int]:
+        """(CPU seconds the hook threads spent in steps, steps run) so far."""
+        with self._lock:
+            return self.hook_cpu_s, self.hops
 
     def close(self) -> None:
         self._threads.close()

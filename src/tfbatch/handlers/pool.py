@@ -349,6 +349,17 @@ class HandlerPool:
                 self._window = None
         slot.ready.set()
 
+    def started(self, timeout_s: float | None = 0.0) -> int | None:
+        """How many of the processes started first are taking hops; None while any is still
+        starting after ``timeout_s`` (0: do not wait; None: wait until all have)."""
+        first = self._slots[:self.size]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for slot in first:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not slot.ready.wait(left):
+                return None
+        return sum(1 for slot in first if slot.conn is not None)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -218,6 +218,12 @@ class InstanceRunner:
             if reason is not None:
                 log.info("the script's hooks run in this process, a hop at a time: %s", reason)
                 self.pool = InlinePool(init, reason)
+                if self.handler_workers() >= 2:
+                    # ... until they turn out to be most of this process's CPU (a script that
+                    # decodes images with PIL, say): then in worker processes (adaptive_pool.py).
+                    from tfbatch.handlers.adaptive_pool import AdaptivePool
+
+                    self.pool = AdaptivePool(self.pool, lambda: self._handler_pool(init))
                 return
         self.pool = self._handler_pool(init)
 
@@ -316,7 +322,7 @@ class InstanceRunner:
                 tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=_usable_cores(),
                                        job_rows=job_rows if self.spec.split_type == "None" else None,
                                        in_flight=threads)
-                cpu = time.process_time if isinstance(pool, InlinePool) else None
+                cpu = time.process_time if isinstance(pool, InlinePool) else getattr(pool, "cpu", None)
                 tuned = service = PoolPredict(self.invoker.service, tuner, lambda: pool.stats, cpu)
                 stats = lambda: tuned.stats  # noqa: E731
                 chosen_by = {"max_batch_size": "tuner"}

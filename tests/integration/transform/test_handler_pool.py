@@ -25,6 +25,7 @@ from benchmarks.common.models import INFERENCE_SCRIPT
 from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
 from tfbatch.artifact import package
+from tfbatch.handlers.adaptive_pool import MOVE_SHARE
 from tfbatch.handlers.inline_pool import MIN_CORES_FOR_WORKERS
 from tfbatch.handlers.pool import START_WORKERS
 from tfbatch.testing.models import make_image_bytes_model
@@ -49,6 +50,10 @@ def input_handler(data, context):
         if os.environ.get("KILL_ONCE"):
             Path(trigger).unlink()
         os._exit(7)
+    if body.endswith(b"SPIN"):  # 10 ms of this thread's CPU: a heavy hook
+        end = time.thread_time() + 0.01
+        while time.thread_time() < end:
+            pass
     stall = os.environ.get("STALL_DIR")
     if body.endswith(b"STALL") and stall:
         # Held until the test lets go (at most a minute, so nothing outlives the session).
@@ -214,3 +219,19 @@ def test_local_instances_each_run_their_own_handler_workers(tmp_path, archive):
                    for s in default.batches.values()), default.batches
     else:
         assert [s["handler_workers"] for s in default.batches.values()] == [0, 0]
+
+
+def test_a_default_job_on_few_cores_measures_its_hooks_share_of_the_cpu(tmp_path, archive):
+    # Below MIN_CORES_FOR_WORKERS cores the hooks start in process and the job reads their
+    # share of its CPU (handlers/adaptive_pool.py): hooks that spin 10 ms a record are most of
+    # it, so they move to worker processes (or would, had the job outlasted their start).
+    if not 2 <= (os.cpu_count() or 1) < MIN_CORES_FOR_WORKERS:
+        pytest.skip("the hooks start in worker processes on this many cores (or cannot leave one core)")
+    inp = _inputs(tmp_path / "in", {n: b"SPIN" for n in range(160)}, count=160)
+    default = _run(archive, inp, tmp_path / "default", None)
+    alone = _run(archive, inp, tmp_path / "alone", 0)
+    assert default.ok and alone.ok and default.succeeded == 160
+    assert _outputs(tmp_path / "default") == _outputs(tmp_path / "alone")
+    (stats,) = default.batches.values()
+    assert stats["hook_cpu_share"] >= MOVE_SHARE, stats
+    assert stats["handler_workers"] in (0, 2) and ("worker processes" in stats["hooks"]) == (stats["handler_workers"] == 2)
