@@ -30,6 +30,7 @@ from pathlib import Path
 from statistics import median
 
 from benchmarks.transform.shape_outputs import agreement, read_outputs, steady_rate
+from benchmarks.transform.shape_runner import empty_trash, set_aside
 from benchmarks.transform.shapes import SHAPES, Scale
 
 CONTENDERS = ("local", "ray", "ray-warm")
@@ -57,7 +58,7 @@ def run_one(job, engine: str, instances: int, address: str, work: Path, tag: str
     out = work / "outputs" / tag
     timeline = work / "timelines" / f"{tag}.json"
     timeline.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["rm", "-rf", str(out)], check=True)
+    set_aside(out)  # not deleted: files created right after a mass deletion cost more here
     cmd = _command(job, out, engine, instances, address, timeline)
     launched = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(engine, keep_warm_s), timeout=1200)
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             results["shapes"][name] = {"objects": job.objects, "records": job.records, "runs": runs,
                                        "summary": _summary(runs, args.instances, contenders)}
     results["load_average_after"] = os.getloadavg()
+    empty_trash(work / "outputs")
     out = Path(args.out)
     out.write_text(json.dumps(results, indent=1, default=str))
     out.with_suffix(".md").write_text(markdown(results))
