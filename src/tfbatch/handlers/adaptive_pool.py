@@ -83,9 +83,10 @@ class AdaptivePool:
         return None if self.moved else self.process_cpu()
 
     def submit(self, step: str, items: list, where: tuple | None = None) -> Future:
-        if where is not None:
-            pool = self.inline if where == inline_pool.WHERE else self.workers
-            return pool.submit(step, items, where)
+        if step != "input":
+            # To where the record's input step ran: this process, or a worker process.
+            in_process = where == inline_pool.WHERE or self.workers is None
+            return (self.inline if in_process else self.workers).submit(step, items, where)
         with self._lock:
             if not self.moved:
                 self._check()
