@@ -28,6 +28,10 @@ On a shared machine wall times mostly measure the neighbours. When the process g
 than ``contended`` of its ``cores`` during the probe, sizes are compared by CPU seconds per
 row instead, which the load barely moves; on saturated cores throughput is cores / that.
 
+A trial's window can also be asked to span ``min_window_s`` seconds (the image lane asks
+0.15 s): a few batches of a cheap model are milliseconds, where one write burst decides.
+Out of budget, a trial is timed on the window it has.
+
 A long job outlives the load it was probed under, so after ``recheck_rows`` rows the lane
 climbs again from the chosen size (the neighbours only, the shapes already set up), under
 the same share of the rows since the last choice; the gap between re-checks doubles up to 16
@@ -42,6 +46,12 @@ import math
 from collections.abc import Callable
 
 DEFAULT_CANDIDATES = (8, 16, 32, 64)
+# What the image lane asks of a trial's window (``min_window_s``): on the tiny model a batch
+# takes a few milliseconds, and two-batch windows let a write burst pick 8 or 16 where 64 ran
+# 20 % faster (20,000 JPEGs, 3 alternating rounds: 2,221-2,531 -> 2,887-3,043 images/s steady;
+# benchmarks/transform/profile/probe-window.md). The handler pool's hops are larger and its
+# probe picked 64 every time without it (2 rounds: no change), so it keeps 0.
+MIN_WINDOW_S = 0.15
 
 
 class Phases:
@@ -83,13 +93,15 @@ class Phases:
 class _Trial:
     """One size's timing window, from its first completion to its last (see the module doc)."""
 
-    def __init__(self, size: int, repeats: int, lead: int = 1):
+    def __init__(self, size: int, repeats: int, lead: int = 1, min_s: float = 0.0):
         self.size = size
         self.repeats = repeats
         self.lead = max(1, lead)
+        self.min_s = min_s
         self.seen = 0
         self.handed = 0
         self.timed = 0
+        self.closed = False  # the probe hands out no more batches of this size (its budget)
         self._open: tuple[float, float | None, int] | None = None
         self._close: tuple[float, float | None, int] | None = None
 
@@ -106,7 +118,13 @@ class _Trial:
 
     @property
     def done(self) -> bool:
-        return self.timed >= self.repeats
+        """``repeats`` timed completions over at least ``min_s`` seconds, or fewer seconds once
+        no more batches of this size will come."""
+        if self.timed < self.repeats:
+            return False
+        if self.min_s <= 0 or self._close[0] - self._open[0] >= self.min_s:
+            return True
+        return self.closed and self.seen >= self.handed
 
     def _span(self) -> tuple[float, float | None, int] | None:
         if self._open is None or self._close is None:
@@ -138,7 +156,8 @@ class BatchSizeProbe:
     def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2,
                  tolerance: float = 0.05, fallback: int = 16, share: float = 0.1, budget_rows: int = 1000,
                  job_rows: Callable[[int], tuple[int, bool]] | None = None, recheck_rows: int = 4096,
-                 cores: int | None = None, contended: float = 0.6, first_lead: int = 3, in_flight: int = 2):
+                 cores: int | None = None, contended: float = 0.6, first_lead: int = 3, in_flight: int = 2,
+                 min_window_s: float = 0.0):
         if not candidates or any(c < 1 for c in candidates):
             raise ValueError(f"batch size candidates must be positive, got {candidates}")
         if not 0 < share <= 1:
@@ -156,6 +175,9 @@ class BatchSizeProbe:
         self.contended = contended
         self.first_lead = first_lead
         self.in_flight = in_flight  # batches the lane runs beside the one finishing (its workers)
+        # A trial's window spans at least this long (while its budget lasts): a few batches of a
+        # cheap model are tens of milliseconds, where one write burst or collection decides.
+        self.min_window_s = min_window_s
         self.metric = "wall"
         self.per_row: dict[int, float] = {}  # the latest timing of each size, seconds per row
         self.history: list[int] = []  # every choice made, first probe and re-checks
@@ -182,7 +204,8 @@ class BatchSizeProbe:
         # The job's very first batches also pay for the model's first calls on every lane
         # thread; left in the first trial's window, they made MobileNetV2 leave 16 for 32,
         # which the grid measured at a third more CPU per image.
-        self._trial = _Trial(incumbent, self.repeats, lead=1 if self.history else self.first_lead)
+        self._trial = _Trial(incumbent, self.repeats, lead=1 if self.history else self.first_lead,
+                             min_s=self.min_window_s)
         self._round_rows = 0  # rows handed out at sizes other than the best so far: the probe's cost
         self._waiting = 0
 
@@ -275,6 +298,10 @@ class BatchSizeProbe:
             if not self._rechecking:
                 self.probe_rows += trial.size
             return trial.size
+        trial.closed = True  # out of budget: its window may end short of min_window_s
+        if trial.done:  # ... and every batch of it has finished
+            self._trial_over()
+            return self.next_size()
         self._waiting += 1
         if self._waiting > 8 * planned:
             self._settle(f"{self._incumbent}: the batches timing {trial.size} did not finish")
@@ -297,8 +324,18 @@ class BatchSizeProbe:
         if rows != self._trial.size:
             return  # a batch of an earlier trial (or the job's short tail): its rows count, not its time
         self._trial.completed(self._rows_done, at, cpu)
-        if not self._trial.done:
-            return
+        if self._trial.done or self._nothing_to_compare(self._trial):
+            self._trial_over()
+
+    def _nothing_to_compare(self, trial: _Trial) -> bool:
+        """The incumbent's window need not reach ``min_window_s`` when no other size fits in
+        the budget after it (a short job): the round is decided as it was without a minimum."""
+        if trial.timed < self.repeats or trial.size != self._incumbent:
+            return False
+        nxt = self._neighbour(trial.size, self._direction) or self._neighbour(trial.size, -self._direction)
+        return nxt is None or not self._allowed(self._round_rows + nxt * (1 + self.repeats + self.in_flight))
+
+    def _trial_over(self) -> None:
         self._pick_metric()
         cost = self._cost(self._trial)
         if cost is not None:
@@ -307,7 +344,7 @@ class BatchSizeProbe:
         if nxt is None:
             self._settle(self._why())
         else:
-            self._trial = _Trial(nxt, self.repeats)
+            self._trial = _Trial(nxt, self.repeats, min_s=self.min_window_s)
             self._waiting = 0
 
     def _why(self) -> str:

@@ -337,9 +337,10 @@ class InstanceRunner:
                             threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
         tuner = None
         if self.spec.autotune:
-            from tfbatch.transform.autotune import BatchSizeProbe
+            from tfbatch.transform.autotune import MIN_WINDOW_S, BatchSizeProbe
 
-            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows)
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows,
+                                   min_window_s=MIN_WINDOW_S)
         chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
                      "workers": "flag" if self.spec.lane_workers
                      else f"default (one per core, at least {MIN_LANE_THREADS})",

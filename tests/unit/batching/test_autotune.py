@@ -263,3 +263,42 @@ def test_with_batches_in_flight_the_probe_times_each_size_and_keeps_to_its_budge
     # 32's trial: 3 timed batches and 2 more keeping the lane full; no batch of 64 at all, as
     # its trial (5 batches) would not fit, so it never started.
     assert probe.probe_rows == 160 and "timing 64" in probe.report()["why"]
+
+
+def _spiked(probe: BatchSizeProbe, ms_per_row: dict[int, float], spike_at: int, spike_s: float, batches: int) -> None:
+    """Batches one after another on a fake clock; the ``spike_at``-th batch of the first size
+    other than the start also waits ``spike_s`` (a write burst, a collection)."""
+    clock, seen = 0.0, 0
+    for _ in range(batches):
+        size = probe.next_size()
+        clock += ms_per_row[size] * size / 1000
+        if size != probe.start:
+            seen += 1
+            if seen == spike_at:
+                clock += spike_s
+        probe.observe(size, clock)
+
+
+def test_a_minimum_window_keeps_one_slow_batch_from_deciding():
+    # 32 is a third cheaper per row than 16, but one of its batches waits 20 ms more. Two-batch
+    # windows (6.4 ms of work each) charge the whole wait to 32; a 0.15 s window spreads it.
+    costs = {8: 0.5, 16: 0.3, 32: 0.2, 64: 0.35}
+    short = BatchSizeProbe((8, 16, 32, 64), repeats=2, fallback=16)
+    _spiked(short, costs, spike_at=3, spike_s=0.02, batches=400)
+    assert short.report()["choices"][0] != 32
+    long = BatchSizeProbe((8, 16, 32, 64), repeats=2, fallback=16, min_window_s=0.15)
+    _spiked(long, costs, spike_at=3, spike_s=0.02, batches=400)
+    assert long.report()["choices"][0] == 32 and long.chosen == 32
+
+
+def test_a_trial_out_of_budget_is_timed_on_the_window_it_has():
+    # A short job: 32's window (32 ms a batch) cannot reach min_window_s before the probe's
+    # share (300 rows) runs out. The trial still ends, on what it timed, and the probe settles:
+    # no batch waits on it. (The default's own window costs no budget: it reaches 0.5 s.)
+    job = CountAhead(range(3000), limit=10_000)
+    probe = BatchSizeProbe((8, 16, 32, 64), repeats=2, fallback=16, share=0.1, job_rows=job.rows,
+                           min_window_s=0.5)
+    lane = Lane(probe, job)
+    lane.run({8: 3.0, 16: 2.0, 32: 1.0, 64: 1.2})
+    assert probe.settled and lane.rows == 3000 and lane.probe_rows <= 300
+    assert probe.report()["ms_per_row"] == {"16": 2.0, "32": 1.0} and probe.chosen == 32
