@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/tfbatch-ray-shapes")
     parser.add_argument("--out", default="benchmarks/ray/cpu-share.json")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), root, os.environ.get("PYTHONPATH", "")])
+    from benchmarks.ray.shapes import use_this_checkout
+
+    use_this_checkout()
     from benchmarks.transform.bench import machine
     from benchmarks.transform.shapes import SHAPES, Scale
     from tfbatch.testing.ray_cluster import LocalRayCluster

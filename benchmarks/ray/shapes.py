@@ -91,6 +91,13 @@ def _ratio(a, b):
     return None if not a or not b else round(a / b, 3)
 
 
+def use_this_checkout() -> None:
+    """Ray's worker processes import tfbatch from the cluster's environment: make it this checkout's."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), root, os.environ.get("PYTHONPATH", "")])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ray.shapes")
     parser.add_argument("--shapes", default="jpeg-bytes,jpeg-float,jpeg-script,tfrecord,csv")
@@ -108,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="benchmarks/ray/shapes.json")
     parser.add_argument("--note", default="")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Ray's worker processes import tfbatch from the cluster's environment: this checkout's.
-    root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(Path(root) / "src"), root, os.environ.get("PYTHONPATH", "")])
+    use_this_checkout()
     from benchmarks.transform.bench import machine
     from tfbatch.testing.ray_cluster import LocalRayCluster
 

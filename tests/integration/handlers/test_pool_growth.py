@@ -6,54 +6,26 @@ write returns only once the hook is inside it."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 
 import pytest
 
+from tests.integration.handlers.pool_fakes import BLOCKED, GATED_INPUT, ROW, FakeClock, gated_artifact
 from tfbatch.handlers.pool import GROW_WINDOW_S, HandlerPool
 from tfbatch.handlers.pooled import PooledService, models_init
 from tfbatch.handlers.service import InvocationRequest
 from tfbatch.handlers.stack import build_stack
-from tfbatch.testing.models import make_linear_model
 
-SCRIPT = '''
-import os
-
-
-def input_handler(data, context):
-    body = data.read()
-    if b"block" in body:
-        with open(os.environ["POOL_GATE"]) as gate:
-            gate.read()
-    return body
-
+SCRIPT = GATED_INPUT + '''
 
 def output_handler(response, context):
     return response.content, "application/json"
 '''
 
-ROW = json.dumps({"instances": [[1.0, 2.0, 3.0]]}).encode()
-BLOCKED = json.dumps({"instances": [[1.0, 2.0, 3.0]], "block": 1}).encode()
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 @pytest.fixture
 def pool_and_service(tmp_path, monkeypatch):
-    gate = tmp_path / "gate"
-    os.mkfifo(gate)
-    monkeypatch.setenv("POOL_GATE", str(gate))  # the worker processes inherit it
-    root = tmp_path / "artifact"
-    make_linear_model(root / "1")
-    (root / "code").mkdir()
-    (root / "code" / "inference.py").write_text(SCRIPT)
+    root, gate = gated_artifact(tmp_path, monkeypatch, SCRIPT)
     clock = FakeClock()
     pools: list[HandlerPool] = []
     stack = build_stack(str(root), on_script=lambda handlers, init: pools.append(
