@@ -7,7 +7,8 @@ the local engine and on the Ray engine (fresh actors). While a job runs it count
 every 0.25 s; between ``--from`` and ``--to`` of the outputs it reads every process's CPU time
 on the machine (``/proc``) and sorts it by role:
 
-- ``job``: the local engine's process, or the Ray instance actor's process;
+- ``job``: the local engine's process, or the Ray instance actor's process, and their handler
+  worker processes;
 - ``driver``: the Ray driver (the ``tfbatch transform`` process on the Ray engine);
 - ``ray``: the cluster's own processes (raylets, GCS, agents, log monitors, idle workers);
 - ``other``: everything else on the machine (other sessions).
@@ -50,8 +51,8 @@ def _processes() -> dict[int, tuple[float, str]]:
 
 
 def _role(pid: int, cmd: str, job_pid: int, engine: str) -> str:
-    if "InstanceActor" in cmd:
-        return "job"
+    if "InstanceActor" in cmd or "tfbatch.handlers.pool_worker" in cmd:
+        return "job"  # the instance, and its handler worker processes
     if pid == job_pid:
         return "job" if engine == "local" else "driver"
     if any(m in cmd for m in RAY_MARKERS):
