@@ -110,13 +110,16 @@ class AdaptivePool:
             log.info("the script's hooks took %.0f%% of this process's CPU; they run in %d worker processes now",
                      100 * (self.last_share or 0), started)
             return
-        now, cpu = self.clock(), self.process_cpu()
+        now = self.clock()
+        if self._window is not None and now - self._window[0] < self.window_s:
+            return  # most input steps: the window is still open
+        cpu = self.process_cpu()
         hook_cpu, hops = self.inline.spent()
         if self._window is None:
             self._window = (now, cpu, hook_cpu, hops)
             return
         since, cpu_then, hook_then, hops_then = self._window
-        if now - since < self.window_s or hops - hops_then < MIN_WINDOW_HOPS:
+        if hops - hops_then < MIN_WINDOW_HOPS:
             return
         self._window = (now, cpu, hook_cpu, hops)
         if cpu <= cpu_then:

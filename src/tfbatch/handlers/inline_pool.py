@@ -104,6 +104,11 @@ class InlinePool:
         self._threads.run(run)
         return future
 
+    @staticmethod
+    def cpu() -> float:
+        """This process's CPU seconds: the hooks' CPU is in them (the batch-size probe reads it)."""
+        return time.process_time()
+
     def spent(self) -> tuple[float, int]:
         """(CPU seconds the hook threads spent in steps, steps run) so far."""
         with self._lock:

@@ -280,7 +280,7 @@ class BatchSizeProbe:
         if trial.size == self._incumbent:
             trial.handed += 1
             return trial.size
-        planned = trial.lead + self.repeats + self.in_flight
+        planned = self._planned(trial.lead)
         # A trial starts only if all its batches fit: a lone batch of a size tells nothing.
         if not trial.handed and not self._allowed(self._round_rows + trial.size * planned):
             self._settle(f"{self._incumbent}: timing {trial.size} ({planned} batches) would take the rows "
@@ -333,7 +333,12 @@ class BatchSizeProbe:
         if trial.timed < self.repeats or trial.size != self._incumbent:
             return False
         nxt = self._neighbour(trial.size, self._direction) or self._neighbour(trial.size, -self._direction)
-        return nxt is None or not self._allowed(self._round_rows + nxt * (1 + self.repeats + self.in_flight))
+        return nxt is None or not self._allowed(self._round_rows + nxt * self._planned(lead=1))
+
+    def _planned(self, lead: int) -> int:
+        """Batches a trial is handed before its budget is asked again: the opening ones, the
+        timed ones and those in flight beside them."""
+        return lead + self.repeats + self.in_flight
 
     def _trial_over(self) -> None:
         self._pick_metric()

@@ -314,7 +314,6 @@ class InstanceRunner:
             cap = self.spec.max_concurrent_transforms
             candidates = tuple(c for c in POOL_CANDIDATES if not cap or c <= cap)
             if self.spec.autotune and candidates:
-                from tfbatch.handlers.inline_pool import InlinePool
                 from tfbatch.transform.autotune import BatchSizeProbe
 
                 # The probe's budget is a share of the job's requests: counted ahead as objects
@@ -322,7 +321,9 @@ class InstanceRunner:
                 tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=_usable_cores(),
                                        job_rows=job_rows if self.spec.split_type == "None" else None,
                                        in_flight=threads)
-                cpu = time.process_time if isinstance(pool, InlinePool) else getattr(pool, "cpu", None)
+                # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
+                # compares its CPU; a worker pool's CPU is elsewhere, so it compares wall time.
+                cpu = getattr(pool, "cpu", None)
                 tuned = service = PoolPredict(self.invoker.service, tuner, lambda: pool.stats, cpu)
                 stats = lambda: tuned.stats  # noqa: E731
                 chosen_by = {"max_batch_size": "tuner"}
