@@ -29,8 +29,8 @@ than ``contended`` of its ``cores`` during the probe, sizes are compared by CPU 
 row instead, which the load barely moves; on saturated cores throughput is cores / that.
 
 A trial's window can also be asked to span ``min_window_s`` seconds (the image lane asks
-0.15 s): a few batches of a cheap model are milliseconds, where one write burst decides.
-Out of budget, a trial is timed on the window it has.
+0.15 s, the handler pool 0.3 s): a few batches of a cheap model are milliseconds, where one
+write burst decides. Out of budget, a trial is timed on the window it has.
 
 A long job outlives the load it was probed under, so after ``recheck_rows`` rows the lane
 climbs again from the chosen size (the neighbours only, the shapes already set up), under
@@ -49,9 +49,14 @@ DEFAULT_CANDIDATES = (8, 16, 32, 64)
 # What the image lane asks of a trial's window (``min_window_s``): on the tiny model a batch
 # takes a few milliseconds, and two-batch windows let a write burst pick 8 or 16 where 64 ran
 # 20 % faster (20,000 JPEGs, 3 alternating rounds: 2,221-2,531 -> 2,887-3,043 images/s steady;
-# benchmarks/transform/profile/probe-window.md). The handler pool's hops are larger and its
-# probe picked 64 every time without it (2 rounds: no change), so it keeps 0.
+# benchmarks/transform/profile/probe-window.md).
 MIN_WINDOW_S = 0.15
+# The handler pool's (``PoolPredict``): a scripted batch crosses two hand-offs to the hook
+# threads and back, so completions come in clumps and a two-completion window picked anything
+# from 8 to 128 on the scripted tiny job (fixed 128 runs it 1.7x faster than 16); with 0.3 s the
+# first probe kept 64 in every run (20,000 JPEGs: 11.2-11.8 s whole vs 11.8-13.8 s; 0.15 s
+# still wandered in the rates it measured; probe-window.md, eighth session).
+POOL_MIN_WINDOW_S = 0.3
 
 
 class Phases:

@@ -314,13 +314,13 @@ class InstanceRunner:
             cap = self.spec.max_concurrent_transforms
             candidates = tuple(c for c in POOL_CANDIDATES if not cap or c <= cap)
             if self.spec.autotune and candidates:
-                from tfbatch.transform.autotune import BatchSizeProbe
+                from tfbatch.transform.autotune import POOL_MIN_WINDOW_S, BatchSizeProbe
 
                 # The probe's budget is a share of the job's requests: counted ahead as objects
                 # when each object is one request, else a fixed number of requests.
                 tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=_usable_cores(),
                                        job_rows=job_rows if self.spec.split_type == "None" else None,
-                                       in_flight=threads)
+                                       in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
                 # compares its CPU; a worker pool's CPU is elsewhere, so it compares wall time.
                 cpu = getattr(pool, "cpu", None)
