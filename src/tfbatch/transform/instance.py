@@ -305,8 +305,12 @@ class InstanceRunner:
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
-            # One chunk in the model while each worker process holds another.
-            pool, threads = self.pool, self.pool.size + 1
+            # One chunk in the model while each worker process holds another; at least the
+            # image lane's three, so hooks in this process (a pool of size 1) work on one chunk
+            # while the model runs another and a third waits its turn: on the scripted JPEG job
+            # 2 threads left the hooks and the model taking turns (20,000 JPEGs, 3 alternating
+            # rounds: 10.82-11.33 s -> 10.52-10.83 s; profile/probe-window.md, eighth session).
+            pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.size + 1)
             service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
             from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict
 
