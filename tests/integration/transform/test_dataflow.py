@@ -139,18 +139,33 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
         server.close()
 
 
-def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, linear_model):
-    inp = _jsonl_objects(tmp_path / "in", "shard", objects=3, lines=400)
-    common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
-                  assemble_with="Line")
+# Each record costs the hooks a millisecond: the probe times a size over at least
+# autotune.POOL_MIN_WINDOW_S of wall time, and a job of the linear model alone ends before one
+# window closes. Made slow this way, the job lasts long enough to time two sizes on any machine.
+SLOW_HOOKS = """
+import json, time
+
+def input_handler(data, context):
+    time.sleep(0.001)
+    return json.dumps({"instances": [json.loads(data.read())]})
+
+def output_handler(response, context):
+    return response.content, context.accept_header
+"""
+
+
+def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, linear_model, with_script):
+    inp = _jsonl_objects(tmp_path / "in", "shard", objects=3, lines=1000)
+    common = dict(model=str(with_script(tmp_path, linear_model, SLOW_HOOKS)), input=str(inp), split_type="Line",
+                  content_type="application/json", assemble_with="Line")
     tuned = run_transform(output=str(tmp_path / "tuned"), **common)
     fixed = run_transform(output=str(tmp_path / "fixed"), max_batch_size=16, **common)
-    assert tuned.ok and fixed.ok and tuned.records == fixed.records == 1200
+    assert tuned.ok and fixed.ok and tuned.records == fixed.records == 3000
     assert _outs(tmp_path / "tuned") == _outs(tmp_path / "fixed")
     (stats,) = tuned.batches.values()
     assert stats["predict"] == "handler-pool" and stats["chosen_by"] == {"max_batch_size": "tuner"}
     # One chunk holds all three objects: the probe timed more than one size all the same, each
     # hop formed at the size it handed out when a hop thread could take it.
-    assert len(stats["autotune"]["ms_per_row"]) >= 2 and stats["rows"] == 1200
+    assert len(stats["autotune"]["ms_per_row"]) >= 2 and stats["rows"] == 3000
     (plain,) = fixed.batches.values()
-    assert "autotune" not in plain and plain["batches"] >= 1200 // 16
+    assert "autotune" not in plain and plain["batches"] >= 3000 // 16
