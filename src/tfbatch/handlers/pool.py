@@ -68,6 +68,7 @@ class _Slot:
         self.hop_started = 0.0
         self.ready = threading.Event()  # its first start is over (taking hops, or failed)
         self.spawned: tuple[subprocess.Popen, socket.socket] | None = None  # by start(), before its handshake
+        self.starting: subprocess.Popen | None = None  # a process in its handshake (importing the script)
         self.thread = threading.Thread(target=self._loop, name=f"handler-pool-{index}", daemon=True)
 
     def submit(self, step: str, items: list, future: Future, generation: int | None) -> None:
@@ -99,6 +100,10 @@ class _Slot:
         if spawned is None:
             return False
         proc, conn = spawned
+        with self.cond:
+            if self.closing:  # closed before the handshake began: stop() saw no process to end
+                proc.terminate()
+            self.starting = proc
         try:
             wire.send(conn, ("init", self.pool.init))
             kind, detail = wire.recv(conn)
@@ -109,6 +114,9 @@ class _Slot:
                 kind, detail = wire.recv(conn)
         except (EOFError, OSError) as exc:
             kind, detail = "failed", f"exited at start ({exc or proc.poll()})"
+        finally:
+            with self.cond:
+                self.starting = None
         if kind != "ready":
             if not self.closing:
                 log.error("handler worker %d could not start: %s", self.index, detail)
@@ -207,6 +215,12 @@ class _Slot:
         with self.cond:
             self.closing = True
             self.cond.notify()
+            starting = self.starting
+        if starting is not None:
+            # Still importing the script (TensorFlow: seconds), for a job that is over (a pool
+            # started as the job ended, adaptive_pool.py): it has taken no record, so it is
+            # ended instead of waited for.
+            starting.terminate()
         proc = self.proc
         if self.busy and proc is not None:
             # Still running a hop the job gave up on (a stuck hook, past its timeout): the

@@ -309,7 +309,7 @@ class InstanceRunner:
             # image lane's three, so hooks in this process (a pool of size 1) work on one chunk
             # while the model runs another and a third waits its turn: on the scripted JPEG job
             # 2 threads left the hooks and the model taking turns (20,000 JPEGs, 3 alternating
-            # rounds: 10.82-11.33 s -> 10.52-10.83 s; profile/probe-window.md, eighth session).
+            # rounds: 10.82-11.33 s -> 10.52-10.83 s; benchmarks/transform/profile/lane-threads.md).
             pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.size + 1)
             service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
             from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict

@@ -141,9 +141,13 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
 
 # Each record costs the hooks a millisecond: the probe times a size over at least
 # autotune.POOL_MIN_WINDOW_S of wall time, and a job of the linear model alone ends before one
-# window closes. Made slow this way, the job lasts long enough to time two sizes on any machine.
+# window closes. The script imports TensorFlow, so its hooks run in the job's process on any
+# machine (no worker pool growing with the cores), at most one hop per dataflow thread: the
+# job lasts over a second wherever it runs, long enough to time two sizes.
 SLOW_HOOKS = """
 import json, time
+
+import tensorflow  # noqa: F401
 
 def input_handler(data, context):
     time.sleep(0.001)
@@ -164,6 +168,7 @@ def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, line
     assert _outs(tmp_path / "tuned") == _outs(tmp_path / "fixed")
     (stats,) = tuned.batches.values()
     assert stats["predict"] == "handler-pool" and stats["chosen_by"] == {"max_batch_size": "tuner"}
+    assert stats["hooks"].startswith("in-process")
     # One chunk holds all three objects: the probe timed more than one size all the same, each
     # hop formed at the size it handed out when a hop thread could take it.
     assert len(stats["autotune"]["ms_per_row"]) >= 2 and stats["rows"] == 3000
