@@ -6,7 +6,9 @@ Starts a two-raylet ``LocalRayCluster`` (one CPU each), then alternates: an acto
 this driver imports TensorFlow the way tfbatch does (``runtime.tf_import``) and loads the model
 in its ``__init__``; then a plain ``python -c`` child does the same. Prints, per round, the
 actor's submitted -> ``__init__`` delay, both import and load times, and the actor's
-``OMP_NUM_THREADS`` (Ray sets it to the actor's CPUs). The first round includes cold caches.
+``OMP_NUM_THREADS`` (Ray sets it to the actor's CPUs), the import's own CPU seconds, and how
+many cores every other process kept busy meanwhile (``/proc/stat``). The first round includes
+cold caches.
 """
 
 from __future__ import annotations
@@ -24,14 +26,21 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 MEASURE = r'''
 import json, os, sys, time
-t0 = time.time()
+
+def busy():  # the machine's busy CPU seconds so far (/proc/stat: all but idle and iowait)
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+b0, c0, t0 = busy(), time.process_time(), time.time()
 sys.path.insert(0, {src!r})
 from tfbatch.runtime.tf_import import import_tensorflow
 tf = import_tensorflow()
-t1 = time.time()
+b1, c1, t1 = busy(), time.process_time(), time.time()
 tf.saved_model.load({model!r})
 t2 = time.time()
 print(json.dumps({{"import_s": round(t1 - t0, 3), "load_s": round(t2 - t1, 3),
+                  "import_cpu_s": round(c1 - c0, 3),
+                  "other_cores_busy": round(((b1 - b0) - (c1 - c0)) / (t1 - t0), 2),
                   "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}}))
 '''
 

@@ -74,9 +74,21 @@ def import_tensorflow():
         if refused and not Environment.read().eager_keras:
             finder = _RefuseWhileImporting(refused)
             sys.meta_path.insert(0, finder)
+        # The cyclic collector paused for the import: TensorFlow's import creates a few hundred
+        # thousand long-lived objects, and each collection it triggers walks all of those made
+        # so far (more in a Ray actor, whose heap already holds Ray's). In a fresh actor the
+        # import took 2.17-2.34 s of CPU with it, 1.79-1.88 s without; in a plain process
+        # 1.80-2.05 vs 1.58-1.60 s (benchmarks/ray/actor_tf_import.py; benchmarks/ray/README.md).
+        import gc
+
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
         try:
             import tensorflow
         finally:
+            if paused:
+                gc.enable()
             if finder is not None:
                 sys.meta_path.remove(finder)
             if hide and sys.modules.get("matplotlib.pyplot", 0) is None:

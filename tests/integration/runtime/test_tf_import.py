@@ -62,3 +62,20 @@ def test_scipy_and_h5py_wait_for_first_use_unless_imported_before():
     # Imported before TensorFlow: TensorFlow's own import finds it, as without tfbatch.
     out = run("scipy.sparse")
     assert "loaded with tf: ['scipy']" in out and "legacy keras has issparse: True" in out
+
+
+GC_CHECK = """
+import gc, sys
+if sys.argv[1] == "off":
+    gc.disable()
+from tfbatch.runtime.tf_import import import_tensorflow
+import_tensorflow()
+print("collector after:", gc.isenabled())
+"""
+
+
+@pytest.mark.parametrize("before", ["on", "off"])
+def test_the_collector_paused_for_the_import_is_as_the_caller_left_it(before):
+    out = subprocess.run([sys.executable, "-c", GC_CHECK, before], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    assert f"collector after: {before == 'on'}" in out
