@@ -118,11 +118,28 @@ def jpegs(workdir: Path, count: int, seed: int = 0) -> Path:
     meta = {"count": count, "seed": seed, "min": JPEG_MIN, "max": JPEG_MAX}
     if not _done(folder, meta):
         target = _fresh(folder)
-        for index in range(count):
-            data, info = make_jpeg(seed, index, JPEG_MIN, JPEG_MAX)
-            (target / info.name).write_bytes(data)
+        # Each image depends on (seed, index) alone, so index ranges can be made in parallel:
+        # 10,000 took ~170 s on one core of the 16-core device machine.
+        workers = min(os.cpu_count() or 1, -(-count // 250))
+        chunks = [(str(target), seed, start, min(count, start + 250)) for start in range(0, count, 250)]
+        if workers > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+                list(pool.map(_write_jpegs, chunks))
+        else:
+            for chunk in chunks:
+                _write_jpegs(chunk)
         (folder / "done.json").write_text(json.dumps(meta))
     return folder / "input"
+
+
+def _write_jpegs(chunk: tuple[str, int, int, int]) -> None:
+    target, seed, start, stop = chunk
+    for index in range(start, stop):
+        data, info = make_jpeg(seed, index, JPEG_MIN, JPEG_MAX)
+        (Path(target) / info.name).write_bytes(data)
 
 
 def _split(items: list, parts: int) -> list[list]:
