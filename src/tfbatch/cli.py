@@ -95,9 +95,10 @@ def _cmd_transform(args: argparse.Namespace) -> int:
         import os
 
         from tfbatch.runtime.placement import count_nvidia_gpus, visible_gpus
-        from tfbatch.runtime.precision import cpu_flags, precision_plan
+        from tfbatch.runtime.precision import cpu_flags, precision_plan, tensorflow_gpu_build
 
-        precision_plan(spec.precision, cpu_flags(), len(visible_gpus(os.environ, count_nvidia_gpus())))
+        gpus = len(visible_gpus(os.environ, count_nvidia_gpus())) if tensorflow_gpu_build() else 0
+        precision_plan(spec.precision, cpu_flags(), gpus)
     if args.dry_run:
         print(plan_transform(spec).describe(spec))
         return 0

@@ -26,6 +26,30 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+def tensorflow_gpu_build(search_path: list[str] | None = None) -> bool:
+    """Whether the installed TensorFlow can use a GPU (a CUDA or ROCm build), told without
+    importing it: its generated ``python/platform/build_info.py`` says so in its source.
+
+    A GPU host with the CPU wheel (``tensorflow-cpu``) runs every op on the CPU, so there the
+    GPU nodes in ``/dev`` must not decide the precision. A layout not recognised counts as a
+    GPU build (the check in the instance, after TensorFlow lists its devices, decides then).
+    """
+    import importlib.machinery
+    import re
+    from pathlib import Path
+
+    spec = importlib.machinery.PathFinder.find_spec("tensorflow", search_path)
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for root in spec.submodule_search_locations:
+        try:
+            text = (Path(root) / "python" / "platform" / "build_info.py").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        return re.search(r"""['"]is_(cuda|rocm)_build['"]\s*,\s*True""", text) is not None
+    return True
+
+
 def precision_plan(precision: str, flags: frozenset[str], gpus: int) -> dict[str, bool]:
     """The grappler options for ``precision`` on this hardware; ConfigError if it cannot run here."""
     if precision not in PRECISIONS:

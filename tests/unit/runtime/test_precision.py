@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfbatch.errors import ConfigError
-from tfbatch.runtime.precision import cpu_flags, precision_plan
+from tfbatch.runtime.precision import cpu_flags, precision_plan, tensorflow_gpu_build
 
 
 def test_fp32_needs_nothing():
@@ -38,3 +38,38 @@ def test_cpu_flags_parse(tmp_path):
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")
     assert cpu_flags(str(info)) == frozenset({"fpu", "avx2", "avx512_bf16"})
     assert cpu_flags(str(tmp_path / "none")) == frozenset()
+
+
+def _fake_tensorflow(root, build_info: str | None):
+    package = root / "tensorflow"
+    (package / "python" / "platform").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    if build_info is not None:
+        (package / "python" / "platform" / "build_info.py").write_text(build_info)
+    return [str(root)]
+
+
+@pytest.mark.parametrize("build_info, gpu", [
+    ("build_info = collections.OrderedDict([('is_cuda_build', False), ('is_rocm_build', False)])\n", False),
+    ("build_info = collections.OrderedDict([('cpu_compiler', 'clang'), ('is_cuda_build', True), ('cuda_version', '12.5')])\n", True),
+    ("build_info = collections.OrderedDict([('is_cuda_build', False), ('is_rocm_build', True)])\n", True),
+    (None, True),  # a layout it does not know: the instance's own check decides
+])
+def test_tensorflow_gpu_build_reads_build_info_without_importing(tmp_path, build_info, gpu):
+    assert tensorflow_gpu_build(_fake_tensorflow(tmp_path, build_info)) is gpu
+
+
+def test_no_tensorflow_is_no_gpu_build(tmp_path):
+    assert tensorflow_gpu_build([str(tmp_path)]) is False
+
+
+def test_the_installed_cpu_wheel_is_no_gpu_build():
+    """This project's test environment installs ``tensorflow-cpu``: a bf16 job on a GPU host
+    with that wheel runs on the CPU, so the GPU's /dev nodes must not refuse it."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("tensorflow-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("tensorflow-cpu is not the installed TensorFlow")
+    assert tensorflow_gpu_build() is False
