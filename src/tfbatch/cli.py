@@ -97,7 +97,13 @@ def _cmd_transform(args: argparse.Namespace) -> int:
         from tfbatch.runtime.placement import count_nvidia_gpus, visible_gpus
         from tfbatch.runtime.precision import cpu_flags, precision_plan, tensorflow_gpu_build
 
-        gpus = len(visible_gpus(os.environ, count_nvidia_gpus())) if tensorflow_gpu_build() else 0
+        gpus = len(visible_gpus(os.environ, count_nvidia_gpus()))
+        if gpus and not tensorflow_gpu_build():
+            # A GPU host with TensorFlow's CPU wheel: every op runs on the CPU.
+            if spec.precision == "fp16":
+                raise ConfigError("--precision fp16 needs TensorFlow's GPU build; this machine has a GPU but the "
+                                  "installed TensorFlow is a CPU build (pip install 'tfbatch[gpu]')")
+            gpus = 0
         precision_plan(spec.precision, cpu_flags(), gpus)
     if args.dry_run:
         print(plan_transform(spec).describe(spec))

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tfbatch.runtime.placement import count_nvidia_gpus
-from tfbatch.runtime.precision import BF16_CPU_FLAGS, cpu_flags
+from tfbatch.runtime.precision import BF16_CPU_FLAGS, cpu_flags, tensorflow_gpu_build
 
 
 @pytest.mark.skipif(bool(cpu_flags() & BF16_CPU_FLAGS) or count_nvidia_gpus() > 0,
@@ -23,4 +23,40 @@ def test_bf16_is_refused_before_any_work_on_a_cpu_without_it(tmp_path):
     assert out.returncode == 2
     assert "--precision bf16 needs a CPU with AVX512-BF16 or AMX" in out.stderr
     # Refused before the model was even looked for, and nothing was written.
+    assert "no-model" not in out.stderr and not (tmp_path / "out").exists()
+
+
+def _transform(tmp_path, precision: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / "a.png").write_bytes(b"x")
+    return subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
+                           "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                           "--content-type", "application/x-image", "--precision", precision],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
+def test_a_gpu_host_with_the_cpu_wheel_runs_bf16_on_the_cpu(tmp_path):
+    """A lent GPU machine with ``tensorflow-cpu`` refused bf16 for the GPU's /dev nodes, though
+    every op runs on its (AMX) CPU there. CUDA_VISIBLE_DEVICES=0 makes this machine look the same
+    to the early check: a GPU is visible, TensorFlow is the CPU build."""
+    import os
+
+    out = _transform(tmp_path, "bf16", {**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    assert "on GPU" not in out.stdout + out.stderr
+    if cpu_flags() & BF16_CPU_FLAGS:  # passed the check: the job ran, and its instance found no model
+        assert out.returncode == 1
+        assert "ArtifactError: model artifact" in out.stdout and "no-model" in out.stdout
+    else:
+        assert out.returncode == 2
+        assert "--precision bf16 needs a CPU with AVX512-BF16 or AMX" in out.stderr
+
+
+@pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
+def test_fp16_on_a_gpu_host_with_the_cpu_wheel_names_the_wheel(tmp_path):
+    import os
+
+    out = _transform(tmp_path, "fp16", {**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    assert out.returncode == 2
+    assert "--precision fp16 needs TensorFlow's GPU build" in out.stderr
     assert "no-model" not in out.stderr and not (tmp_path / "out").exists()
