@@ -4,7 +4,9 @@
 #  - here: `pip download` the cp312 manylinux wheels of tensorflow-cpu and of what the device
 #    image lacks (pydantic, pydantic-core, pydantic-settings, python-dotenv, typing-inspection,
 #    annotated-types, starlette, uvicorn, httptools, orjson, google-crc32c, pybase64, protobuf,
-#    grpcio, astunparse, gast, google-pasta, termcolor, ml_dtypes) at the versions in .venv;
+#    grpcio, astunparse, gast, google-pasta, termcolor, ml_dtypes; and keras, optree, namex, which
+#    the ninth session's lease lacked: without Keras the tf.data script's import was as short as
+#    tfbatch's, unlike a real install) at the versions in .venv;
 #    `split -b 58M` the TensorFlow wheel into .dev16/p1..p4 (tfpart0-3) and .dev16/p5 (tfpart4;
 #    the other wheels in p5/whl; /tmp/bench-final/models and the calibrated MobileNetV2 archive
 #    of benchmarks.transform.bf16 in p5/models); .dev16 is git-excluded;
