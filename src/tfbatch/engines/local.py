@@ -30,6 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tfbatch.errors import ConfigError
 from tfbatch.runtime.placement import count_nvidia_gpus, instance_env, partition_gpus, visible_gpus
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.engine import Emit
@@ -207,8 +208,21 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def gpu_plan(spec: TransformSpec) -> list[list[str]]:
-    """Each instance's GPUs: disjoint CUDA_VISIBLE_DEVICES lists (runtime/placement.py)."""
-    return partition_gpus(visible_gpus(os.environ, count_nvidia_gpus()), spec.instance_count, spec.gpus_per_instance)
+    """Each instance's GPUs: disjoint CUDA_VISIBLE_DEVICES lists (runtime/placement.py).
+
+    GPUs asked for (``--gpus-per-instance``) on a GPU host whose TensorFlow is the CPU wheel
+    would be handed out and then not used: the job would run on the CPU, silently. Refused.
+    """
+    gpus = visible_gpus(os.environ, count_nvidia_gpus())
+    if gpus and spec.gpus_per_instance:
+        from tfbatch.runtime.precision import tensorflow_gpu_build
+
+        if not tensorflow_gpu_build():
+            raise ConfigError(
+                f"--gpus-per-instance {spec.gpus_per_instance:g} asks for GPUs, but the installed TensorFlow is "
+                "a CPU build, which would run the job on the CPU (pip install 'tfbatch[gpu]')"
+            )
+    return partition_gpus(gpus, spec.instance_count, spec.gpus_per_instance)
 
 
 def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int,

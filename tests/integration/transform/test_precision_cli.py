@@ -1,4 +1,5 @@
-"""--precision through the CLI: refused up front, with the reason, where the hardware lacks it."""
+"""--precision and --gpus-per-instance through the CLI: refused up front, with the reason, where the
+hardware or the installed TensorFlow lacks what they ask for."""
 
 from __future__ import annotations
 
@@ -60,3 +61,19 @@ def test_fp16_on_a_gpu_host_with_the_cpu_wheel_names_the_wheel(tmp_path):
     assert out.returncode == 2
     assert "--precision fp16 needs TensorFlow's GPU build" in out.stderr
     assert "no-model" not in out.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
+def test_gpus_asked_for_on_a_gpu_host_with_the_cpu_wheel_are_refused(tmp_path):
+    """--gpus-per-instance on such a host would hand out GPUs TensorFlow never uses."""
+    import os
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.png").write_bytes(b"x")
+    out = subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
+                          "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                          "--content-type", "application/x-image", "--gpus-per-instance", "1"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    assert out.returncode == 2
+    assert "--gpus-per-instance 1 asks for GPUs, but the installed TensorFlow is a CPU build" in out.stderr
+    assert not list((tmp_path / "out").glob("*.out"))  # refused as the engine plans, before any object
