@@ -27,23 +27,24 @@ def test_bf16_is_refused_before_any_work_on_a_cpu_without_it(tmp_path):
     assert "no-model" not in out.stderr and not (tmp_path / "out").exists()
 
 
-def _transform(tmp_path, precision: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _on_a_gpu_host(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    """The CLI with CUDA_VISIBLE_DEVICES=0, which makes a GPU visible to tfbatch's checks on any
+    machine: with the CPU wheel installed, it looks like a GPU host where TensorFlow is the CPU build."""
+    import os
+
     (tmp_path / "in").mkdir(exist_ok=True)
     (tmp_path / "in" / "a.png").write_bytes(b"x")
     return subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
                            "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
-                           "--content-type", "application/x-image", "--precision", precision],
-                          capture_output=True, text=True, timeout=120, env=env)
+                           "--content-type", "application/x-image", *flags],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
 
 
 @pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
 def test_a_gpu_host_with_the_cpu_wheel_runs_bf16_on_the_cpu(tmp_path):
     """A lent GPU machine with ``tensorflow-cpu`` refused bf16 for the GPU's /dev nodes, though
-    every op runs on its (AMX) CPU there. CUDA_VISIBLE_DEVICES=0 makes this machine look the same
-    to the early check: a GPU is visible, TensorFlow is the CPU build."""
-    import os
-
-    out = _transform(tmp_path, "bf16", {**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    every op runs on its (AMX) CPU there."""
+    out = _on_a_gpu_host(tmp_path, "--precision", "bf16")
     assert "on GPU" not in out.stdout + out.stderr
     if cpu_flags() & BF16_CPU_FLAGS:  # passed the check: the job ran, and its instance found no model
         assert out.returncode == 1
@@ -55,9 +56,7 @@ def test_a_gpu_host_with_the_cpu_wheel_runs_bf16_on_the_cpu(tmp_path):
 
 @pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
 def test_fp16_on_a_gpu_host_with_the_cpu_wheel_names_the_wheel(tmp_path):
-    import os
-
-    out = _transform(tmp_path, "fp16", {**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    out = _on_a_gpu_host(tmp_path, "--precision", "fp16")
     assert out.returncode == 2
     assert "--precision fp16 needs TensorFlow's GPU build" in out.stderr
     assert "no-model" not in out.stderr and not (tmp_path / "out").exists()
@@ -66,14 +65,7 @@ def test_fp16_on_a_gpu_host_with_the_cpu_wheel_names_the_wheel(tmp_path):
 @pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
 def test_gpus_asked_for_on_a_gpu_host_with_the_cpu_wheel_are_refused(tmp_path):
     """--gpus-per-instance on such a host would hand out GPUs TensorFlow never uses."""
-    import os
-
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.png").write_bytes(b"x")
-    out = subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
-                          "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
-                          "--content-type", "application/x-image", "--gpus-per-instance", "1"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    out = _on_a_gpu_host(tmp_path, "--gpus-per-instance", "1")
     assert out.returncode == 2
     assert "--gpus-per-instance 1 asks for GPUs, but the installed TensorFlow is a CPU build" in out.stderr
     assert not list((tmp_path / "out").glob("*.out"))  # refused as the engine plans, before any object
