@@ -31,7 +31,8 @@ def tensorflow_gpu_build(search_path: list[str] | None = None) -> bool:
     importing it: its generated ``python/platform/build_info.py`` says so in its source.
 
     A GPU host with the CPU wheel (``tensorflow-cpu``) runs every op on the CPU, so there the
-    GPU nodes in ``/dev`` must not decide the precision. A layout not recognised counts as a
+    GPU nodes in ``/dev`` must not decide the precision (cli.py), and GPUs asked for per
+    instance are refused (engines/local.py ``gpu_plan``). A layout not recognised counts as a
     GPU build (the check in the instance, after TensorFlow lists its devices, decides then).
     """
     import importlib.machinery

@@ -3,6 +3,7 @@ hardware or the installed TensorFlow lacks what they ask for."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -12,15 +13,20 @@ from tfbatch.runtime.placement import count_nvidia_gpus
 from tfbatch.runtime.precision import BF16_CPU_FLAGS, cpu_flags, tensorflow_gpu_build
 
 
+def _transform(tmp_path, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``tfbatch transform`` of one junk image with a model that does not exist, plus ``flags``."""
+    (tmp_path / "in").mkdir(exist_ok=True)
+    (tmp_path / "in" / "a.png").write_bytes(b"x")
+    return subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
+                           "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                           "--content-type", "application/x-image", *flags],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
 @pytest.mark.skipif(bool(cpu_flags() & BF16_CPU_FLAGS) or count_nvidia_gpus() > 0,
                     reason="this machine can run bf16; the refusal is for machines that cannot")
 def test_bf16_is_refused_before_any_work_on_a_cpu_without_it(tmp_path):
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.png").write_bytes(b"x")
-    out = subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
-                          "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
-                          "--content-type", "application/x-image", "--precision", "bf16"],
-                         capture_output=True, text=True, timeout=120)
+    out = _transform(tmp_path, "--precision", "bf16")
     assert out.returncode == 2
     assert "--precision bf16 needs a CPU with AVX512-BF16 or AMX" in out.stderr
     # Refused before the model was even looked for, and nothing was written.
@@ -30,14 +36,7 @@ def test_bf16_is_refused_before_any_work_on_a_cpu_without_it(tmp_path):
 def _on_a_gpu_host(tmp_path, *flags: str) -> subprocess.CompletedProcess:
     """The CLI with CUDA_VISIBLE_DEVICES=0, which makes a GPU visible to tfbatch's checks on any
     machine: with the CPU wheel installed, it looks like a GPU host where TensorFlow is the CPU build."""
-    import os
-
-    (tmp_path / "in").mkdir(exist_ok=True)
-    (tmp_path / "in" / "a.png").write_bytes(b"x")
-    return subprocess.run([sys.executable, "-m", "tfbatch", "transform", "--model", str(tmp_path / "no-model"),
-                           "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
-                           "--content-type", "application/x-image", *flags],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
+    return _transform(tmp_path, *flags, env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
 
 
 @pytest.mark.skipif(tensorflow_gpu_build(), reason="the installed TensorFlow is a GPU build")
