@@ -11,7 +11,9 @@ scikit-learn (:mod:`benchmarks.common.dataset`) and from a seeded random generat
 Models (random weights; same compute as trained ones): the ``tiny`` string-input model of
 :mod:`benchmarks.common.models` (decodes JPEG in its graph), ``float64`` (a small Keras CNN
 saved with ``tf.saved_model.save(keras_model)``: ``serving_default`` takes float32
-``[None, 64, 64, 3]``, the most common export) and ``vec32`` (Dense layers on ``[None, 32]``).
+``[None, 64, 64, 3]``, the most common export), ``anysize`` (the same layers, fully
+convolutional: float32 ``[None, None, None, 3]``, each image at its own size) and ``vec32``
+(Dense layers on ``[None, 32]``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,11 @@ def output_handler(response, context):
         raise ValueError(response.content.decode("utf-8"))
     return response.content, context.accept_header
 '''
+
+
+# The same for a model that takes each image at its own size: no resize, every pixel as JSON.
+ANYSIZE_IMAGE_SCRIPT = FLOAT_IMAGE_SCRIPT.replace('.convert("RGB").resize((64, 64), Image.BILINEAR)',
+                                                  '.convert("RGB")')
 
 
 def _done(folder: Path, meta: dict) -> bool:
@@ -211,8 +218,8 @@ def _keras_model(name: str):
     import keras
 
     keras.utils.set_random_seed(7)
-    if name == "float64":
-        inputs = keras.Input((64, 64, 3))
+    if name in ("float64", "anysize"):
+        inputs = keras.Input((64, 64, 3) if name == "float64" else (None, None, 3))
         x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(inputs)
         x = keras.layers.Conv2D(16, 3, strides=2, activation="relu")(x)
         x = keras.layers.GlobalAveragePooling2D()(x)

@@ -8,7 +8,8 @@ model's signature, and a background writer thread so the model never waits on JS
 * ``files``: one JPEG per file -> ``list_files -> read + decode -> batch -> prefetch``; the
   string-input model's ``serving_tensor`` with the model's own decode, or (``--float``) a
   float-input model's ``serving_default`` fed ``decode_jpeg -> resize(bilinear, antialias)
-  -> /255``. One TFS row-format answer per file.
+  -> /255``; a model that takes any size (``[None, None, None, 3]``) gets ``decode_jpeg -> /255``
+  in batches of one (``--batch-size 1``: sizes differ). One TFS row-format answer per file.
 * ``records``: files of records (``tfrecord``: ``tf.train.Example`` with ``image/encoded``;
   ``recordio``: MXNet framing, split with a few lines of Python per file) -> one line per
   record. Batches are formed inside each file's branch, so an object ends with its own batch
@@ -65,6 +66,8 @@ def _image_decoder(spec, float_model: bool):
 
     from benchmarks.common.models import decode_and_resize
 
+    if spec.shape[1] is None:  # each image at its own size (batches of one)
+        return lambda data: tf.cast(tf.io.decode_jpeg(data, channels=3), tf.float32) / 255.0
     size = int(spec.shape[1])
     if not float_model:
         return lambda data: decode_and_resize(data, size)

@@ -138,6 +138,15 @@ def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
 
+def jpeg_anysize(workdir: Path, scale: Scale) -> Job:
+    n = _count(scale)
+    inputs = data.jpegs(workdir, n)
+    model = data.keras_artifact("anysize", workdir, data.ANYSIZE_IMAGE_SCRIPT)
+    return Job(inputs, n, n, _tfbatch(model / "model-noscript.tar.gz", inputs, "application/x-image"),
+               _tfdata("files", model / "savedmodel" / "1", inputs, "--float", "--batch-size", "1"),
+               _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
+
+
 def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = False) -> Job:
     n = _count(scale)
     inputs, tiny = data.framed(workdir, framing, n), _tiny(workdir)
@@ -180,6 +189,8 @@ def table(workdir: Path, scale: Scale, *, framing: str) -> Job:
 SHAPES = [
     Shape("jpeg-bytes", "no script, string-input signature (batch lane)", jpeg_bytes),
     Shape("jpeg-float", "no script, float-input Keras signature [None,64,64,3], decoded by tfbatch", jpeg_float),
+    Shape("jpeg-anysize", "no script, fully convolutional Keras signature [None,None,None,3]: each image at its "
+          "own size (tf.data: batches of one; HTTP: the script sends every pixel as JSON)", jpeg_anysize),
     Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
           lambda w, s: jpeg_bytes(w, s, script=True)),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",

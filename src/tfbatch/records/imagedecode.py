@@ -137,34 +137,58 @@ class ImageDecoder:
         """Decode ``bodies`` (``sources`` name them in errors: object keys, record numbers).
 
         Never raises for a bad body; with no fixed size (H or W is None), the images that
-        decode must all have one size to stack, and any other size is that item's error.
+        decode must all have one size to stack, and any other size is that item's error
+        (:meth:`decode_sized` keeps every size).
         """
-        names = list(sources) if sources is not None else [f"image {i}" for i in range(len(bodies))]
-        if len(names) != len(bodies):
-            raise ValueError(f"{len(bodies)} bodies but {len(names)} sources")
+        names = self._names(bodies, sources)
+        if not self.target.fixed:
+            groups, errors = self.decode_sized(bodies, names)
+            if not groups:
+                return DecodedImages(self._stack([]), [], errors)
+            first, *others = groups
+            height, width = first.array.shape[1:3]
+            for group in others:
+                for row in group.rows:
+                    errors[row] = InvalidInput(
+                        f"{names[row]}: image is {group.array.shape[2]} x {group.array.shape[1]} pixels; the input "
+                        f"fixes no size, so every image in one batch must match the first ({width} x {height})"
+                    )
+            return DecodedImages(first.array, first.rows, dict(sorted(errors.items())))
         errors: dict[int, InvalidInput] = {}
-        admitted: list[tuple[int, bool]] = []
-        for i, body in enumerate(bodies):
-            try:
-                header = check_image(body, self.max_pixels, names[i])
-            except InvalidInput as exc:
-                errors[i] = exc
-                continue
-            admitted.append((i, header.format == "PNG"))
-        if self.target.fixed:
-            parts = self._in_shards(admitted, bodies, names)
-        else:  # sizes may differ: each image on its own, then only one size can stack
-            parts = [self._shard([item], bodies, names) for item in admitted]
+        admitted = self._admit(bodies, names, errors)
         rows: list[int] = []
         arrays: list[np.ndarray] = []
-        for shard_rows, array, shard_errors in parts:
+        for shard_rows, array, shard_errors in self._in_shards(admitted, bodies, names):
             errors.update(shard_errors)
             if shard_rows:
                 rows.extend(shard_rows)
                 arrays.append(array)
-        if not self.target.fixed:
-            rows, arrays = self._one_size(rows, arrays, names, errors)
         return DecodedImages(self._stack(arrays), rows, dict(sorted(errors.items())))
+
+    def decode_sized(self, bodies: Sequence[bytes],
+                     sources: Sequence[str] | None = None) -> tuple[list[DecodedImages], dict[int, InvalidInput]]:
+        """Images that keep their own size: one batch per size, and every failed body's error.
+
+        For an input that fixes no size (``[N, None, None, C]``), where images of different
+        sizes cannot stack: the images are decoded one per TensorFlow call, in parallel
+        shards (off the GIL, as :meth:`decode`), then grouped by size in the order each size
+        first appears. A fixed target resizes every image, so it gives at most one group.
+        """
+        names = self._names(bodies, sources)
+        if self.target.fixed:
+            result = self.decode(bodies, names)
+            return ([result] if result.rows else []), result.errors
+        errors: dict[int, InvalidInput] = {}
+        admitted = self._admit(bodies, names, errors)
+        by_size: dict[tuple[int, ...], tuple[list[int], list[np.ndarray]]] = {}
+        for shard_rows, arrays, shard_errors in self._in_shards(admitted, bodies, names, each=True):
+            errors.update(shard_errors)
+            for row, array in zip(shard_rows, arrays):
+                rows, group = by_size.setdefault(array.shape, ([], []))
+                rows.append(row)
+                group.append(array)
+        groups = [DecodedImages(self._stack(arrays), rows) for rows, arrays in by_size.values()]
+        return groups, dict(sorted(errors.items()))
 
     def decode_one(self, body: bytes, source: str = "body") -> np.ndarray:
         """One image as a batch of one, [1, H, W, C]; raises the InvalidInput that names it."""
@@ -199,15 +223,48 @@ class ImageDecoder:
 
     # ---- internals ------------------------------------------------------------------
 
-    def _in_shards(self, admitted, bodies, names):
+    @staticmethod
+    def _names(bodies, sources) -> list[str]:
+        names = list(sources) if sources is not None else [f"image {i}" for i in range(len(bodies))]
+        if len(names) != len(bodies):
+            raise ValueError(f"{len(bodies)} bodies but {len(names)} sources")
+        return names
+
+    def _admit(self, bodies, names, errors) -> list[tuple[int, bool]]:
+        """[(index, is_png)] of the bodies whose header passes; the others' errors into ``errors``."""
+        admitted: list[tuple[int, bool]] = []
+        for i, body in enumerate(bodies):
+            try:
+                header = check_image(body, self.max_pixels, names[i])
+            except InvalidInput as exc:
+                errors[i] = exc
+                continue
+            admitted.append((i, header.format == "PNG"))
+        return admitted
+
+    def _in_shards(self, admitted, bodies, names, *, each: bool = False):
+        """``admitted`` in up to ``workers`` shards at once; ``each``: one call per image, each
+        shard giving (rows, [array per row], errors), else one call per shard (:meth:`_shard`)."""
+        work = self._each if each else self._shard
         count = min(self.workers, len(admitted))
         if count <= 1:
-            return [self._shard(admitted, bodies, names)] if admitted else []
+            return [work(admitted, bodies, names)] if admitted else []
         size = -(-len(admitted) // count)
         shards = [admitted[k:k + size] for k in range(0, len(admitted), size)]
-        futures = [self._executor().submit(self._shard, shard, bodies, names) for shard in shards[1:]]
-        first = self._shard(shards[0], bodies, names)
+        futures = [self._executor().submit(work, shard, bodies, names) for shard in shards[1:]]
+        first = work(shards[0], bodies, names)
         return [first, *(f.result() for f in futures)]
+
+    def _each(self, items, bodies, names):
+        """(rows, arrays, errors) for ``items``, one image per call: each keeps its own size."""
+        rows, arrays, errors = [], [], {}
+        for item in items:
+            r, a, e = self._shard([item], bodies, names)
+            errors.update(e)
+            if r:
+                rows.extend(r)
+                arrays.append(a)
+        return rows, arrays, errors
 
     def _shard(self, items, bodies, names):
         """(rows, array, errors) for ``items`` = [(index, is_png)]: one call, or one per item on failure."""
@@ -236,31 +293,19 @@ class ImageDecoder:
                 arrays.append(a)
         return rows, (np.concatenate(arrays) if arrays else None), errors
 
-    def _one_size(self, rows, arrays, names, errors):
-        if not arrays:
-            return rows, arrays
-        shape = arrays[0].shape[1:3]
-        kept_rows, kept = [], []
-        for row, array in zip(rows, arrays):
-            if array.shape[1:3] == shape:
-                kept_rows.append(row)
-                kept.append(array)
-            else:
-                errors[row] = InvalidInput(
-                    f"{names[row]}: image is {array.shape[2]} x {array.shape[1]} pixels; the input fixes "
-                    f"no size, so every image in one batch must match the first ({shape[1]} x {shape[0]})"
-                )
-        return kept_rows, kept
-
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
         if not arrays:
             h, w = self.target.height or 0, self.target.width or 0
             return np.zeros((0, h, w, self.target.channels), np.float32 if self.target.scaled else self.target.dtype)
-        array = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         # Scaled here, not in the graph: TensorFlow divides by multiplying with 1/255, one
-        # float32 ulp away from PIL-era ``level / 255`` for some levels.
+        # float32 ulp away from PIL-era ``level / 255`` for some levels. One float copy,
+        # divided in place: a second one cost page faults as large as the copy on full-size
+        # images (an input that fixes no size).
         if self.target.scaled:
-            return array.astype(np.float32) / np.float32(255.0)
+            out = arrays[0].astype(np.float32) if len(arrays) == 1 else np.concatenate(arrays, dtype=np.float32)
+            out /= np.float32(255.0)
+            return out
+        array = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         return array if array.dtype == np.dtype(self.target.dtype) else array.astype(self.target.dtype)
 
     def _executor(self) -> ThreadPoolExecutor:

@@ -272,13 +272,14 @@ def make_failing_model(path: str | Path) -> Path:
     return Path(path)
 
 
-def make_keras_image_model(path: str | Path, *, size: int = 64, channels: int = 3, classes: int = 5,
+def make_keras_image_model(path: str | Path, *, size: int | None = 64, channels: int = 3, classes: int = 5,
                            seed: int = 7) -> Path:
     """The most common Keras export: ``tf.saved_model.save(keras_model)`` of a small CNN.
 
     serving_default: ``inputs`` float32 [None, size, size, channels] (pixels in [0, 1]) ->
-    ``output_0`` float32 [None, classes] (softmax). Weights are fixed by ``seed``; tests
-    get expected outputs by running the saved model on a reference decode.
+    ``output_0`` float32 [None, classes] (softmax); ``size=None``: fully convolutional,
+    [None, None, None, channels], each image at its own size. Weights are fixed by ``seed``;
+    tests get expected outputs by running the saved model on a reference decode.
     """
     tf = _tf()
     import keras
@@ -289,6 +290,31 @@ def make_keras_image_model(path: str | Path, *, size: int = 64, channels: int = 
     x = keras.layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inputs, keras.layers.Dense(classes, activation="softmax")(x))
     tf.saved_model.save(model, str(path))
+    return Path(path)
+
+
+def make_detection_model(path: str | Path, *, boxes: int = 4, seed: int = 5) -> Path:
+    """The shape of an object-detection export: a batch of one uint8 image of any size.
+
+    serving_default: ``input_tensor`` uint8 [1, None, None, 3] -> ``detection_scores``
+    float32 [1, boxes], ``detection_boxes`` float32 [1, boxes, 4], ``num_detections``
+    float32 [1] (from the image's mean colour; fixed weights by ``seed``).
+    """
+    tf = _tf()
+
+    module = tf.Module()
+    module.w = tf.Variable(tf.random.stateless_normal([3, boxes], seed=[seed, 0]))
+
+    @tf.function(input_signature=[tf.TensorSpec([1, None, None, 3], tf.uint8, name="input_tensor")])
+    def serve(images):
+        mean = tf.reduce_mean(tf.cast(images, tf.float32), axis=[1, 2]) / 255.0
+        scores = tf.sigmoid(mean @ module.w)
+        corners = tf.stack([scores * 0.5, scores * 0.25, scores * 0.5 + 0.5, scores * 0.25 + 0.75], axis=-1)
+        return {"detection_scores": scores, "detection_boxes": corners,
+                "num_detections": tf.fill([1], float(boxes))}
+
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
     return Path(path)
 
 

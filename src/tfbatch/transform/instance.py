@@ -297,8 +297,9 @@ class InstanceRunner:
 
         A handler pool (a script's hooks, or with no script the default decode and encode, in
         worker processes): ``PooledService.invoke_many``. No script, an image content type and
-        an image-bytes signature: ``ImageBatchPredict`` (decode in the graph, batch size tuned
-        on the job). --handler-workers 0: the in-process service.
+        a signature taking image bytes or an image tensor: ``ImageBatchPredict`` (decode in the
+        graph or by TensorFlow ops here, batch size tuned on the job). --handler-workers 0:
+        the in-process service.
         """
         from tfbatch.transform.dataflow import Dataflow
         from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker

@@ -8,9 +8,11 @@ alone, so the stages after it cannot tell which one ran:
   the request decode run in the handler worker processes, one joint model call per hop.
   ``PoolPredict`` puts it behind the batch-size probe when the job did not set a batch size.
 - ``ImageBatchPredict``: no script, an image content type and a one-input signature with a
-  free batch dimension taking encoded bytes (decoded in the graph) or a fixed-size image
-  tensor (decoded here by TensorFlow ops, off the GIL): the hop's images go to the model as
-  one batch, and each row is encoded through the same codec as a one-image request.
+  free batch dimension (or a batch of one) taking encoded bytes (decoded in the graph) or an
+  image tensor ``[N, H, W, C]`` (decoded here by TensorFlow ops, off the GIL; H and W fixed,
+  or each image at its own size): the hop's images go to the model as one batch (one per
+  image size; one call per image for a batch of one), and each row is encoded through the
+  same codec as a one-image request.
 - ``InProcessPredict``: any other job with no script; the hop's requests are in flight
   together so the model server's dynamic batcher joins their rows.
 """
@@ -46,17 +48,27 @@ def image_batch_blocker(spec: Any, service: Any) -> str | None:
     sig = servable.signatures[servable.default_signature]
     if len(sig.inputs) != 1:
         return "the default signature takes more than one input"
-    for info in (*sig.inputs.values(), *sig.outputs.values()):
-        if info.shape is None or not info.shape or info.shape[0] is not None:
-            return "the signature has no free batch dimension"
+    if rows_per_call(sig) == 0:
+        return "the signature has neither a free batch dimension nor a batch of one"
     info = next(iter(sig.inputs.values()))
     if info.dtype != "string" and _image_target(info, sig.name) is None:
-        return "the default signature takes neither encoded bytes nor a fixed-size image tensor [N, H, W, C]"
+        return "the default signature takes neither encoded bytes nor an image tensor [N, H, W, C]"
     return None
 
 
+def rows_per_call(sig: Any) -> int | None:
+    """Rows one model call may carry: None (any: every input and output has a free batch
+    dimension), 1 (every one is a batch of one, as detection exports often are), 0 (neither)."""
+    firsts = set()
+    for info in (*sig.inputs.values(), *sig.outputs.values()):
+        if info.shape is None or not info.shape:
+            return 0
+        firsts.add(info.shape[0])
+    return None if firsts == {None} else 1 if firsts == {1} else 0
+
+
 def _image_target(info: Any, signature_name: str):
-    """The decode target of an image-tensor input with both sides fixed, else None."""
+    """The decode target of an image-tensor input [N, H, W, C] (H and W fixed or not), else None."""
     from tfbatch.errors import InvalidInput
     from tfbatch.records.imagedecode import ImageTarget
 
@@ -64,7 +76,7 @@ def _image_target(info: Any, signature_name: str):
         target = ImageTarget.of(info, signature_name)
     except InvalidInput:
         return None
-    return target if target.fixed and len(info.shape) == 4 else None
+    return target if len(info.shape) == 4 else None
 
 
 def row_bodies(outputs: dict[str, np.ndarray], rows: int) -> list[bytes] | None:
@@ -175,13 +187,23 @@ class InProcessPredict:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+# Pixels decoded at once per hop when the input keeps each image's own size: a hop is decoded
+# and run a slice of at most this many pixels at a time, so its 8-bit copies and the float
+# copy the model is given stay ~130 MB at 3 channels, whatever the hop size (an image larger
+# than this is a slice alone: --max-image-pixels bounds it as it bounds a one-image request).
+SLICE_PIXELS = 8_000_000
+
+
 class ImageBatchPredict:
-    """A hop of encoded images as one batch through the default signature.
+    """A hop of encoded images as batches through the default signature.
 
     A string input gets the bodies as they are (the model decodes in its graph); an image
     tensor input [N, H, W, C] gets them decoded, resized and scaled by
     :mod:`tfbatch.records.imagedecode` (TensorFlow ops in parallel shards, off the GIL; its
-    docstring states the resize rule), the same decoder a one-image request uses.
+    docstring states the resize rule), the same decoder a one-image request uses. Where the
+    input fixes H and W, the hop is one batch; where it does not (a fully convolutional or
+    detection model), each image keeps its size and each size found in the hop is one batch.
+    A signature with a batch of one (``[1, ...]``) is called once per image.
     """
 
     name = "image-batch"
@@ -191,6 +213,7 @@ class ImageBatchPredict:
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
         ((self.input_key, info),) = self.sig.inputs.items()
+        self.step = rows_per_call(self.sig)
         self.max_image_pixels = max_image_pixels
         self.decoder = None
         if info.dtype != "string":
@@ -208,43 +231,73 @@ class ImageBatchPredict:
         self._histogram: Counter[int] = Counter()
 
     def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
-        from tfbatch.records.images import check_image
-
         out: list[InvocationResponse | None] = [None] * len(reqs)
-        if self.decoder is not None:
-            ready, batch = self._decode([req.body for req in reqs])
-        else:
-            ready = []
+        ready: list[int] = []
+        done, refused = None, False
+        for rows, batch in self._batches(reqs, ready):
+            for start in range(0, len(rows), self.step or len(rows)):
+                part = slice(start, start + (self.step or len(rows)))
+                responses, at = self._model(batch[part])
+                done, refused = at or done, refused or responses is None
+                for i, n in enumerate(rows[part]):
+                    out[n] = responses[i] if responses is not None else self._one(reqs[n])
+        for n in sorted(set(range(len(reqs))) - set(ready)):
+            # Answered alone, through the one-request path: its error reads as it always has.
+            with self._lock:
+                self.run_alone += 1
+            out[n] = self.service.invoke(reqs[n])
+        if self.tuner is not None and ready and not refused:
+            with self._lock:
+                self.tuner.observe(len(ready), done, time.process_time())
+        return out  # type: ignore[return-value]
+
+    def _batches(self, reqs: list[InvocationRequest], ready: list[int]):
+        """(request indices, batch) to run, in turn; ``ready`` collects the indices as they come."""
+        from tfbatch.records.images import check_image, read_header
+
+        if self.decoder is None:
             for n, req in enumerate(reqs):
                 try:
                     # The header check a one-image request gets (format, pixel budget) before any
                     # allocation; an image that fails it never enters a batch.
                     check_image(req.body, self.max_image_pixels)
                     ready.append(n)
-                except Exception:  # noqa: BLE001 - the one-request answer below carries the error
+                except Exception:  # noqa: BLE001 - the one-request answer carries the error
                     pass
-            batch = np.array([reqs[n].body for n in ready], dtype=object)
-        for n in sorted(set(range(len(reqs))) - set(ready)):
-            # Answered alone, through the one-request path: its error reads as it always has.
-            with self._lock:
-                self.run_alone += 1
-            out[n] = self.service.invoke(reqs[n])
-        if ready:
-            rows = self._model(batch)
-            for i, n in enumerate(ready):
-                out[n] = rows[i] if rows is not None else self._one(reqs[n])
-        return out  # type: ignore[return-value]
+            if ready:
+                yield list(ready), np.array([reqs[n].body for n in ready], dtype=object)
+            return
+        if self.decoder.target.fixed:
+            decoded = self.decoder.decode([req.body for req in reqs])
+            ready.extend(decoded.rows)
+            if decoded.rows:
+                yield decoded.rows, decoded.array
+            return
+        # Each image at its own size: a slice of the hop at a time (SLICE_PIXELS), one batch per size.
+        start = 0
+        while start < len(reqs):
+            end, pixels = start, 0
+            while end < len(reqs):
+                try:
+                    size = read_header(reqs[end].body).pixels
+                except Exception:  # noqa: BLE001 - the decode below names the bad image
+                    size = 0
+                if end > start and pixels + size > SLICE_PIXELS:
+                    break
+                pixels += size
+                end += 1
+            groups, _ = self.decoder.decode_sized([req.body for req in reqs[start:end]])
+            for group in groups:
+                rows = [start + r for r in group.rows]
+                ready.extend(rows)
+                yield rows, group.array
+            start = end
 
-    def _decode(self, bodies: list[bytes]) -> tuple[list[int], np.ndarray]:
-        """Image-tensor inputs: the hop's images decoded together (header checks first, inside)."""
-        decoded = self.decoder.decode(bodies)
-        return decoded.rows, decoded.array
-
-    def _model(self, batch: np.ndarray) -> list[InvocationResponse] | None:
+    def _model(self, batch: np.ndarray) -> tuple[list[InvocationResponse] | None, float | None]:
+        """Each row's response and when the model call ended; (None, None) if the call failed."""
         from tfbatch.runtime import jsonenc
         from tfbatch.tfs.codec import encode_predict
 
-        started = time.monotonic()
         try:
             arrays = self.servable.prepare_inputs(self.sig.name, {self.input_key: batch})
             outputs = {k: np.asarray(v) for k, v in self.servable.run_prepared(self.sig.name, arrays).items()}
@@ -253,20 +306,18 @@ class ImageBatchPredict:
             with self._lock:
                 self.failed_batches += 1
                 self.run_alone += len(batch)
-            return None
+            return None, None
         done = time.monotonic()
         with self._lock:
             self.batches += 1
             self.rows += len(batch)
             self._histogram[len(batch)] += 1
-            if self.tuner is not None:
-                self.tuner.observe(len(batch), done, time.process_time())
         bodies = row_bodies(outputs, len(batch))
         if bodies is None:
             # The one-row slice through the same codec gives the bytes a one-image request gives.
             bodies = [jsonenc.dumps(encode_predict({k: v[row:row + 1] for k, v in outputs.items()}, "row", self.sig,
                                                    native=True)) for row in range(len(batch))]
-        return [InvocationResponse(status=200, body=body) for body in bodies]
+        return [InvocationResponse(status=200, body=body) for body in bodies], done
 
     def _one(self, req: InvocationRequest) -> InvocationResponse:
         """One image alone, unbatched, so a neighbour's bad data cannot fail it."""

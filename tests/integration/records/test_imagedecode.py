@@ -102,6 +102,25 @@ def test_free_size_keeps_each_image_and_a_batch_holds_one_size(bodies):
     assert "b.jpg: image is 400 x 300 pixels; the input fixes no size" in str(result.errors[1])
 
 
+def test_decode_sized_groups_images_by_size_in_order_of_first_appearance(bodies):
+    target = ImageTarget(None, None, 3, "float32")
+    jpeg, png = bodies["JPEG"], bodies["PNG"]
+    many = [jpeg[1], jpeg[0], b"not an image", jpeg[1], png[0], jpeg[2], jpeg[1]]
+    names = [f"n{i}" for i in range(len(many))]
+    groups, errors = ImageDecoder(target, workers=3).decode_sized(many, names)
+    alone, _ = ImageDecoder(target, workers=1).decode_sized(many, names)
+    assert [g.rows for g in groups] == [g.rows for g in alone] == [[0, 3, 6], [1, 4], [5]]
+    assert [g.array.shape for g in groups] == [(3, 300, 400, 3), (2, 400, 600, 3), (1, 134, 200, 3)]
+    assert list(errors) == [2] and errors[2].args[0].startswith("n2: not an image")
+    for group, other in zip(groups, alone):
+        np.testing.assert_array_equal(group.array, other.array)  # shards do not change a pixel
+        assert group.array.dtype == np.float32 and group.errors == {}
+        for k, row in enumerate(group.rows):
+            np.testing.assert_array_equal(group.array[k], pil_reference(many[row], target))
+    fixed, _ = ImageDecoder(ImageTarget(16, 16, 3, "uint8")).decode_sized(many, names)
+    assert [g.rows for g in fixed] == [[0, 1, 3, 4, 5, 6]]  # a fixed size resizes all: one batch
+
+
 def test_bad_items_cost_only_themselves_and_are_named(bodies):
     good = bodies["JPEG"] + bodies["PNG"][:1]
     photo = _photos()[2]
