@@ -243,7 +243,7 @@ def coerce(value: Any, info: TensorInfo, signature_name: str) -> np.ndarray:
         kind = arr.dtype.kind
     if kind not in _NUMERIC_KINDS:
         raise fail()
-    tkind = target.kind
+    tkind = "f" if info.dtype == "bfloat16" else target.kind
     if tkind == "b":
         if kind != "b":
             raise fail("only booleans fit a bool tensor")
@@ -286,7 +286,13 @@ def _dtype_name(arr: np.ndarray) -> str:
 
 def _np_dtype(name: str) -> np.dtype | None:
     if name == "bfloat16":
-        return None
+        # numpy has no bfloat16; TensorFlow's own (ml_dtypes, a TensorFlow dependency) is the
+        # one tf.constant takes as DT_BFLOAT16. float32 -> bfloat16 rounds to nearest even.
+        try:
+            import ml_dtypes
+        except ImportError:
+            return None
+        return np.dtype(ml_dtypes.bfloat16)
     try:
         return np.dtype(name)
     except TypeError:

@@ -293,6 +293,24 @@ def make_keras_image_model(path: str | Path, *, size: int | None = 64, channels:
     return Path(path)
 
 
+def make_bfloat16_model(path: str | Path) -> Path:
+    """A signature in bfloat16, as a model kept in bfloat16 throughout exports it.
+
+    serving_default: ``x`` bfloat16 [None, 3] -> ``doubled`` bfloat16 [None, 3] (2x, exact in
+    bfloat16) and ``total`` float32 [None] (the row's sum, computed in float32).
+    """
+    tf = _tf()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.bfloat16, name="x")])
+    def serve(x):
+        return {"doubled": x * tf.constant(2, tf.bfloat16), "total": tf.reduce_sum(tf.cast(x, tf.float32), axis=1)}
+
+    module = tf.Module()
+    module.serve = serve
+    tf.saved_model.save(module, str(path), signatures={"serving_default": serve})
+    return Path(path)
+
+
 def make_detection_model(path: str | Path, *, boxes: int = 4, seed: int = 5) -> Path:
     """The shape of an object-detection export: a batch of one uint8 image of any size.
 

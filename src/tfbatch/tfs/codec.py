@@ -305,6 +305,8 @@ def to_json_value(arr: np.ndarray, key: str = "", shortest_floats: bool = False,
     """Nested lists of JSON-ready Python values (``tolist`` does the work in C), or with
     ``native`` the numpy array itself where :mod:`~tfbatch.runtime.jsonenc` can write it."""
     arr = np.asarray(arr)
+    if arr.dtype.name == "bfloat16":  # TensorFlow's numpy bfloat16 (ml_dtypes): exact as float32, as TF Serving writes it
+        arr = arr.astype(np.float32)
     kind = arr.dtype.kind
     if native:
         fast = jsonenc.native_array(arr)

@@ -50,6 +50,23 @@ def test_safe_dtype_conversions(multi):
     assert out["sum"].tolist() == [6.0]
 
 
+def test_bfloat16_inputs_take_floats_and_ints_and_answer_in_bfloat16(tmp_path):
+    from tfbatch.tfs.codec import encode_predict
+
+    servable = Servable.load("bf16", 1, models.make_bfloat16_model(tmp_path / "1"))
+    assert servable.signatures["serving_default"].inputs["x"].dtype == "bfloat16"
+    # 1.00390625 (1 + 2^-8) is not a bfloat16: it rounds to nearest even, 1.0.
+    out = servable.run(None, {"x": [[1.5, -0.25, 1.00390625], [3, 4, 5]]})
+    assert out["doubled"].dtype.name == "bfloat16" and out["total"].dtype == np.float32
+    assert out["doubled"].astype(np.float32).tolist() == [[3.0, -0.5, 2.0], [6.0, 8.0, 10.0]]
+    assert out["total"].tolist() == [2.25, 12.0]
+    # As TF Serving writes bfloat16 in JSON: the values, as numbers.
+    assert encode_predict(out, "row", servable.signatures["serving_default"]) == {
+        "predictions": [{"doubled": [3.0, -0.5, 2.0], "total": 2.25}, {"doubled": [6.0, 8.0, 10.0], "total": 12.0}]}
+    with pytest.raises(errors.InvalidInput, match="expected dtype bfloat16 .*booleans do not convert to floats"):
+        servable.run(None, {"x": [[True, False, True]]})
+
+
 def test_float_into_int_is_refused_with_details(multi):
     with pytest.raises(errors.InvalidInput) as e:
         multi.run(None, {"a": [[1.0, 2.0]], "b": np.array([1.5])})
