@@ -2,11 +2,16 @@
 
 The seeds tell users to "experiment with powers of two". The lane does that experiment on
 the job's real data, as a hill climb from the default size: it times the default, then the
-next size up, and keeps climbing only while each step is faster by more than ``tolerance``;
-when the first step up does not pay, it tries one step down the same way. Most jobs settle
-after two or three sizes, never touching the far ends of the range (64 rows per batch cost
-MobileNetV2 40 % more CPU per image than 16 on the grid, and trying it was the probe's
-largest cost).
+next size up, and keeps climbing while each step up is no slower than ``tolerance`` allows
+(a tie goes to the larger size); when the first step up is slower, it tries one step down,
+taken only when faster by more than ``tolerance``. At the end of a climb it keeps the largest
+size it timed within ``tolerance`` of the fastest. Ties go up because on a cheap model every
+doubling of the batch gained 8-10 % (the float-input Keras job, 20,000 JPEGs at fixed sizes:
+1,297, 1,421, 1,553, 1,674 images/s at 16, 32, 64, 128), a step that short windows on a busy
+machine measure as anything from -3 % to +20 %: the climb that needed a clear gain at every
+step stopped at 16 or 32 at random (benchmarks/transform/profile/probe-ties.md). A size that
+is clearly dearer still stops it (64 rows per batch cost MobileNetV2 40 % more CPU per image
+than 16 on the grid, and trying it was the probe's largest cost).
 
 Probe batches are real outputs, never redone; what the probe costs is only the gap between
 the sizes it tried and the one it keeps. So the rows it runs at sizes other than the best so
@@ -45,7 +50,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-DEFAULT_CANDIDATES = (8, 16, 32, 64)
+DEFAULT_CANDIDATES = (8, 16, 32, 64, 128)
 # What the image lane asks of a trial's window (``min_window_s``): on the tiny model a batch
 # takes a few milliseconds, and two-batch windows let a write burst pick 8 or 16 where 64 ran
 # 20 % faster (20,000 JPEGs, 3 alternating rounds: 2,221-2,531 -> 2,887-3,043 images/s steady;
@@ -202,9 +207,9 @@ class BatchSizeProbe:
     # ---- the climb ----------------------------------------------------------------------
 
     def _begin_round(self, incumbent: int) -> None:
-        self._incumbent = incumbent
+        self._incumbent = self._round_start = incumbent
         self._direction = 1
-        self._moved = False
+        self._gained = False  # a step in this round was faster by more than the tolerance
         self._results: dict[int, _Trial] = {}
         # The job's very first batches also pay for the model's first calls on every lane
         # thread; left in the first trial's window, they made MobileNetV2 leave 16 for 32,
@@ -224,17 +229,25 @@ class BatchSizeProbe:
         self._results[tried.size] = tried
         if tried.size != self._incumbent:
             if self._faster(tried.size, self._incumbent):
-                self._incumbent, self._moved = tried.size, True
-            elif self._direction == 1 and not self._moved:
-                self._direction = -1  # the first step up did not pay: try one step down
-                return self._untried(self._neighbour(self._incumbent, -1))
+                self._incumbent, self._gained = tried.size, True
+            elif self._direction == 1 and self._no_slower(tried.size, self._incumbent):
+                self._incumbent = tried.size  # a tie on the way up: keep climbing (``_pick`` decides)
+            elif self._direction == 1:
+                return self._down()  # clearly slower: the climb up is over
             else:
                 return None
         nxt = self._untried(self._neighbour(self._incumbent, self._direction))
-        if nxt is None and self._direction == 1 and not self._moved:
-            self._direction = -1  # already the largest size: look down instead
-            nxt = self._untried(self._neighbour(self._incumbent, -1))
+        if nxt is None and self._direction == 1:
+            return self._down()  # already the largest size
         return nxt
+
+    def _down(self) -> int | None:
+        """The climb up is over; without a clear gain on the way, one step down from where the
+        round began, taken only if faster by more than the tolerance."""
+        if self._gained:
+            return None
+        self._direction = -1
+        return self._untried(self._neighbour(self._round_start, -1))
 
     def _untried(self, size: int | None) -> int | None:
         return None if size is None or size in self._results else size
@@ -242,6 +255,20 @@ class BatchSizeProbe:
     def _faster(self, size: int, than: int) -> bool:
         mine, theirs = self._cost(self._results.get(size)), self._cost(self._results.get(than))
         return mine is not None and (theirs is None or mine < theirs * (1 - self.tolerance))
+
+    def _no_slower(self, size: int, than: int) -> bool:
+        mine, theirs = self._cost(self._results.get(size)), self._cost(self._results.get(than))
+        return mine is not None and theirs is not None and mine <= theirs * (1 + self.tolerance)
+
+    def _pick(self) -> int:
+        """The round's choice: the largest size timed within ``tolerance`` of the fastest (the
+        incumbent when nothing was timed)."""
+        costs = {size: self._cost(trial) for size, trial in self._results.items()}
+        costs = {size: cost for size, cost in costs.items() if cost is not None}
+        if not costs:
+            return self._incumbent
+        best = min(costs.values())
+        return max(size for size, cost in costs.items() if cost <= best * (1 + self.tolerance))
 
     def _cost(self, trial: _Trial | None) -> float | None:
         if trial is None:
@@ -288,7 +315,7 @@ class BatchSizeProbe:
         planned = self._planned(trial.lead)
         # A trial starts only if all its batches fit: a lone batch of a size tells nothing.
         if not trial.handed and not self._allowed(self._round_rows + trial.size * planned):
-            self._settle(f"{self._incumbent}: timing {trial.size} ({planned} batches) would take the rows "
+            self._settle(f"{self._pick()}: timing {trial.size} ({planned} batches) would take the rows "
                          f"run at other sizes past the probe's budget, {self.share:.0%} of the job "
                          f"({self._round_rows} spent)")
             return self.chosen
@@ -309,7 +336,7 @@ class BatchSizeProbe:
             return self.next_size()
         self._waiting += 1
         if self._waiting > 8 * planned:
-            self._settle(f"{self._incumbent}: the batches timing {trial.size} did not finish")
+            self._settle(f"{self._pick()}: the batches timing {trial.size} did not finish")
         return self._incumbent
 
     def observe(self, rows: int, at: float, cpu: float | None = None) -> None:
@@ -360,11 +387,11 @@ class BatchSizeProbe:
     def _why(self) -> str:
         timed = ", ".join(f"{s}: {1000 * c:.3g}" for s, c in sorted(
             (s, self._cost(t)) for s, t in self._results.items()) if c is not None)
-        return (f"{self._incumbent} after timing {timed} ms per row ({self.metric}); a step is taken only "
-                f"when it is more than {self.tolerance:.0%} faster")
+        return (f"{self._pick()} after timing {timed} ms per row ({self.metric}): the largest size within "
+                f"{self.tolerance:.0%} of the fastest")
 
     def _settle(self, why: str) -> None:
-        self._chosen = self._incumbent
+        self._incumbent = self._chosen = self._pick()
         self.history.append(self._chosen)
         self.reasons.append(why)
         self._rechecking = False

@@ -69,10 +69,30 @@ def test_steps_down_when_the_first_step_up_does_not_pay():
     assert probe.chosen == 8 and probe.report()["choices"] == [8]
 
 
-def test_a_step_within_tolerance_is_not_taken():
+def test_a_tie_goes_to_the_larger_size_and_a_step_down_needs_a_clear_gain():
     probe = BatchSizeProbe((8, 16, 32), repeats=1, tolerance=0.05, fallback=16)
-    Lane(probe).run({8: 1.96, 16: 2.0, 32: 1.95}, 10)
-    assert probe.chosen == 16
+    # 32 is within 5 % of 16 (a tie: taken on the way up); 8 is no clear gain, so not taken.
+    sizes = Lane(probe).run({8: 1.96, 16: 2.0, 32: 1.95}, 10)
+    assert 8 in sizes and probe.chosen == 32
+    probe = BatchSizeProbe((8, 16, 32), repeats=1, tolerance=0.05, fallback=16)
+    Lane(probe).run({8: 2.0, 16: 2.0, 32: 2.08}, 10)  # 32 a little dearer, but within 5 %: still a tie
+    assert probe.chosen == 32
+
+
+def test_a_climb_on_ties_keeps_the_largest_size_within_tolerance_of_the_fastest():
+    probe = BatchSizeProbe((8, 16, 32, 64, 128), repeats=1, tolerance=0.05, fallback=16)
+    # Each step up a tie with the one before (32 +4 %, 64 +4.8 % on 32), then 128 clearly dearer:
+    # the climb passes 32 and 64, and keeps 32, the largest within 5 % of 16.
+    sizes = Lane(probe).run({8: 2.5, 16: 2.0, 32: 2.08, 64: 2.18, 128: 3.0}, 40)
+    assert {16, 32, 64, 128, 8} <= set(sizes) and probe.chosen == 32
+    assert "32 after timing" in probe.report()["why"] and "largest size within 5% of the fastest" in probe.report()["why"]
+
+
+def test_on_a_cheap_model_the_climb_reaches_the_largest_size():
+    # Every doubling ~9 % faster (the float-input Keras job's fixed-size rates, ms per row).
+    probe = BatchSizeProbe((8, 16, 32, 64, 128), repeats=2, fallback=16)
+    Lane(probe).run({8: 0.85, 16: 0.771, 32: 0.704, 64: 0.644, 128: 0.598}, 60)
+    assert probe.chosen == 128 and set(probe.report()["choices"]) == {128}
 
 
 def test_the_first_completion_of_a_size_only_opens_its_window():
@@ -129,22 +149,23 @@ def test_without_the_jobs_size_the_probe_keeps_to_a_fixed_budget():
     assert probe.report()["probe_budget_rows"] == 200 and "budget" in probe.report()["why"]
 
 
-def test_a_recheck_climbs_from_the_chosen_size_and_moves_only_for_a_clear_gain():
+def test_a_recheck_climbs_from_the_chosen_size_and_steps_down_only_for_a_clear_gain():
     timings = {8: 2.0, 16: 1.9, 32: 2.0}
     probe = BatchSizeProbe((8, 16, 32), repeats=1, fallback=16, recheck_rows=2048)
     lane = Lane(probe)
     lane.run(timings, 8)
+    # 32 is 5.3 % dearer than 16: no tie; 8 no faster.
     assert probe.chosen == 16 and probe.report()["choices"] == [16]
-    # The load changes: 32 is now 3 % faster than 16, which is noise, so 16 stays.
-    timings.update({16: 2.0, 32: 1.94})
+    # The load changes: 8 is now 3 % faster than 16, which is noise, so 16 stays.
+    timings.update({8: 1.94, 16: 2.0, 32: 2.5})
     sizes = lane.run(timings, 140)
-    assert 32 in sizes and probe.chosen == 16 and len(probe.history) == 2
-    # Later 32 is clearly faster: the next re-check (4,096 rows on) moves there, and the report says so.
-    timings.update({32: 1.5})
+    assert 8 in sizes and probe.chosen == 16 and len(probe.history) == 2
+    # Later 8 is clearly faster: the next re-check (4,096 rows on) moves there, and the report says so.
+    timings.update({8: 1.5})
     lane.run(timings, 280)
-    assert probe.chosen == 32
-    assert probe.report()["choices"][0] == 16 and probe.report()["choices"][-1] == 32
-    assert probe.report()["ms_per_row"]["32"] == 1.5
+    assert probe.chosen == 8
+    assert probe.report()["choices"][0] == 16 and probe.report()["choices"][-1] == 8
+    assert probe.report()["ms_per_row"]["8"] == 1.5
 
 
 def test_rechecks_grow_apart_and_stay_within_their_share():
