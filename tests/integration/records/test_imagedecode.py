@@ -170,3 +170,21 @@ def test_decode_one_raises_the_items_error(bodies):
 
     with pytest.raises(InvalidInput, match="upload.gif: GIF images are not accepted"):
         ImageDecoder(ImageTarget(8, 8)).decode_one(_encode(_photos()[2], "GIF"), "upload.gif")
+
+
+def test_the_decode_runs_on_the_cpu_whatever_devices_are_visible():
+    # On a GPU host TensorFlow would place the resize on the device: a copy of each full-size
+    # image there and back per loop step. Every op of both traced functions is pinned instead
+    # (checked on the graphs, so it holds on a machine without a GPU too).
+    from tfbatch.records.imagedecode import _build
+
+    for target in (ImageTarget(64, 64, 3, "float32"), ImageTarget(None, None, 1, "uint8")):
+        for fn in _build(target):
+            graph = fn.get_concrete_function().graph.as_graph_def()
+            # The graph's own nodes but its inputs and outputs, and every node of the loop's and
+            # the branches' bodies.
+            nodes = [n for n in graph.node if n.op not in ("Placeholder", "Identity", "NoOp")]
+            nodes += [n for f in graph.library.function for n in f.node_def]
+            assert len(nodes) > 20
+            assert all(n.device.endswith("CPU:0") for n in nodes), \
+                sorted({(n.op, n.device) for n in nodes if not n.device.endswith("CPU:0")})
