@@ -26,6 +26,7 @@ if that process was replaced in between, the record is LOST too.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -48,6 +49,18 @@ MAX_FAILED_STARTS = 3  # in a row: the script cannot start in a child, every lat
 GROW_WINDOW_S = 0.5
 GROW_BUSY = 0.85
 START_WORKERS = 2  # what a job that does not say starts with (transform/instance.py)
+
+
+def worker_env(parent: dict[str, str] | os._Environ) -> dict[str, str]:
+    """A worker process's environment: the parent's, with the GPUs hidden.
+
+    The model runs in the parent and owns the GPUs. A worker that runs TensorFlow ops (a
+    script that imports TensorFlow, or the default image decode of a job with no script)
+    would otherwise open a CUDA context of its own on every visible GPU, each holding device
+    memory, and by TensorFlow's default reserve nearly all of it, leaving the model short.
+    Hooks that need a GPU can run in the instance's own process (``--handler-workers 0``).
+    """
+    return {**parent, "CUDA_VISIBLE_DEVICES": "-1"}
 
 
 class _Slot:
@@ -84,7 +97,7 @@ class _Slot:
         parent, child = socket.socketpair()
         try:
             proc = subprocess.Popen([sys.executable, "-m", "tfbatch.handlers.pool_worker", str(child.fileno())],
-                                    pass_fds=(child.fileno(),))
+                                    pass_fds=(child.fileno(),), env=worker_env(os.environ))
         except OSError as exc:
             log.error("handler worker %d could not start: %s", self.index, exc)
             parent.close()

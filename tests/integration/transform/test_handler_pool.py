@@ -235,3 +235,27 @@ def test_a_default_job_on_few_cores_measures_its_hooks_share_of_the_cpu(tmp_path
     (stats,) = default.batches.values()
     assert stats["hook_cpu_share"] >= MOVE_SHARE, stats
     assert stats["handler_workers"] in (0, 2) and ("worker processes" in stats["hooks"]) == (stats["handler_workers"] == 2)
+
+
+GPU_ENV_SCRIPT = """
+import os
+
+def handler(data, context):
+    data.read()
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "unset"), "text/plain"
+"""
+
+
+def test_worker_processes_see_no_gpu_and_in_process_hooks_see_the_instances(tmp_path, monkeypatch):
+    from tfbatch.testing.models import scripted_archive
+
+    # The model owns the GPUs: a worker that imported TensorFlow would otherwise hold a CUDA
+    # context, and most of the memory, of each. (A CPU machine shows it through the variable.)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    archive = scripted_archive([make_image_bytes_model(tmp_path / "sm" / "1")], GPU_ENV_SCRIPT, tmp_path / "a")
+    inp = _inputs(tmp_path / "in", count=4)
+    for workers, seen in ((2, "-1"), (0, "0")):
+        out = tmp_path / f"out{workers}"
+        report = _run(archive, inp, out, workers)
+        assert report.succeeded == 4
+        assert set(_outputs(out).values()) == {seen.encode()}
