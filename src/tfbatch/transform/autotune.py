@@ -416,5 +416,6 @@ class BatchSizeProbe:
             "ms_per_row": {str(c): round(t * 1000, 3) for c, t in sorted(self.per_row.items())},
             "measure": "cpu ms per row (machine shared)" if self.metric == "cpu" else "wall ms per row",
             "choices": list(self.history),
+            "reasons": list(self.reasons),  # why each choice was made, in the order of ``choices``
             "phases": self.phases.report(),
         }

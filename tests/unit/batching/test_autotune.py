@@ -185,6 +185,7 @@ def test_the_report_says_what_was_chosen_by_whom_and_why():
     report = probe.report()
     assert report["chosen"] == 32 and report["source"] == "tuner" and report["settled"]
     assert report["why"].startswith("32 after timing 16: 2, 32: 1 ms per row")
+    assert report["reasons"] == [report["why"]] and report["choices"] == [32]  # one per choice, in order
     assert report["phases"]["probe"]["rows"] > 0 and report["phases"]["chosen"]["rows"] > 0
 
 
