@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
-from tfbatch.engines.ray import RayEngine, RayOptions
+from tfbatch.engines.ray import TASK_EVENTS_VAR, RayEngine, RayOptions
 from tfbatch.testing.models import linear_expected
 from tfbatch.transform import TransformSpec
 
@@ -20,9 +20,14 @@ def _spec(model: Path, inputs: Path, out: Path, **extra) -> TransformSpec:
     )
 
 
-def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_path, write_inputs, read_outputs):
+def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_path, write_inputs, read_outputs,
+                                               monkeypatch):
+    import os
+
     import numpy as np
 
+    # The engine turns the driver's task events off around ray.init only: nothing is left set.
+    monkeypatch.delenv(TASK_EVENTS_VAR, raising=False)
     inputs = write_inputs(tmp_path / "in", objects=14)
     local = run_transform(_spec(linear_model, inputs, tmp_path / "local"))
     assert local.ok and local.objects == 14
@@ -31,6 +36,7 @@ def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_p
                            engine=RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5)))
     assert on_ray.ok, on_ray.summary()
     assert (on_ray.objects, on_ray.records, on_ray.instances) == (14, 42, 2)
+    assert TASK_EVENTS_VAR not in os.environ
 
     expected = read_outputs(tmp_path / "local")
     assert len(expected) == 14 and "part1/obj0001.jsonl.out" in expected
@@ -46,7 +52,10 @@ def test_outputs_byte_identical_to_local_engine(ray_cluster, linear_model, tmp_p
     assert report["ok"] and report["objects"] == 14
 
 
-def test_remote_reads_and_resume(ray_cluster, linear_model, tmp_path, write_inputs, read_outputs):
+def test_remote_reads_and_resume(ray_cluster, linear_model, tmp_path, write_inputs, read_outputs, monkeypatch):
+    import os
+
+    monkeypatch.setenv(TASK_EVENTS_VAR, "1000")  # a user's own setting is left as it is
     inputs = write_inputs(tmp_path / "in", objects=8)
     spec = _spec(linear_model, inputs, tmp_path / "out")
     # The reference in-process (one instance): outputs do not depend on the instance count.
@@ -63,6 +72,7 @@ def test_remote_reads_and_resume(ray_cluster, linear_model, tmp_path, write_inpu
     # Resume: the ledger marks everything done, so a second run processes nothing.
     again = run_transform(spec, engine=RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5)))
     assert again.ok and again.objects == 0 and again.skipped == 8
+    assert os.environ[TASK_EVENTS_VAR] == "1000"
 
 
 def test_model_that_cannot_load_is_an_instance_failure(ray_cluster, tmp_path, write_inputs, read_outputs):
