@@ -142,18 +142,19 @@ class ImageDecoder:
         """
         names = self._names(bodies, sources)
         if not self.target.fixed:
-            groups, errors = self.decode_sized(bodies, names)
+            groups, errors = self._by_size(bodies, names)
             if not groups:
                 return DecodedImages(self._stack([]), [], errors)
-            first, *others = groups
-            height, width = first.array.shape[1:3]
-            for group in others:
-                for row in group.rows:
+            (first_rows, first), *others = groups
+            height, width = first[0].shape[1:3]
+            for rows, arrays in others:
+                for row in rows:
                     errors[row] = InvalidInput(
-                        f"{names[row]}: image is {group.array.shape[2]} x {group.array.shape[1]} pixels; the input "
+                        f"{names[row]}: image is {arrays[0].shape[2]} x {arrays[0].shape[1]} pixels; the input "
                         f"fixes no size, so every image in one batch must match the first ({width} x {height})"
                     )
-            return DecodedImages(first.array, first.rows, dict(sorted(errors.items())))
+            # Only the kept size is stacked (and scaled): the others are errors.
+            return DecodedImages(self._stack(first), first_rows, dict(sorted(errors.items())))
         errors: dict[int, InvalidInput] = {}
         admitted = self._admit(bodies, names, errors)
         rows: list[int] = []
@@ -178,17 +179,8 @@ class ImageDecoder:
         if self.target.fixed:
             result = self.decode(bodies, names)
             return ([result] if result.rows else []), result.errors
-        errors: dict[int, InvalidInput] = {}
-        admitted = self._admit(bodies, names, errors)
-        by_size: dict[tuple[int, ...], tuple[list[int], list[np.ndarray]]] = {}
-        for shard_rows, arrays, shard_errors in self._in_shards(admitted, bodies, names, each=True):
-            errors.update(shard_errors)
-            for row, array in zip(shard_rows, arrays):
-                rows, group = by_size.setdefault(array.shape, ([], []))
-                rows.append(row)
-                group.append(array)
-        groups = [DecodedImages(self._stack(arrays), rows) for rows, arrays in by_size.values()]
-        return groups, dict(sorted(errors.items()))
+        groups, errors = self._by_size(bodies, names)
+        return [DecodedImages(self._stack(arrays), rows) for rows, arrays in groups], errors
 
     def decode_one(self, body: bytes, source: str = "body") -> np.ndarray:
         """One image as a batch of one, [1, H, W, C]; raises the InvalidInput that names it."""
@@ -255,6 +247,20 @@ class ImageDecoder:
         first = work(shards[0], bodies, names)
         return [first, *(f.result() for f in futures)]
 
+    def _by_size(self, bodies, names):
+        """([(rows, [8-bit array per row])] per size, in order of first appearance; errors by
+        body index): each admitted body decoded alone, in parallel shards, not yet stacked."""
+        errors: dict[int, InvalidInput] = {}
+        admitted = self._admit(bodies, names, errors)
+        by_size: dict[tuple[int, ...], tuple[list[int], list[np.ndarray]]] = {}
+        for shard_rows, arrays, shard_errors in self._in_shards(admitted, bodies, names, each=True):
+            errors.update(shard_errors)
+            for row, array in zip(shard_rows, arrays):
+                rows, group = by_size.setdefault(array.shape, ([], []))
+                rows.append(row)
+                group.append(array)
+        return list(by_size.values()), dict(sorted(errors.items()))
+
     def _each(self, items, bodies, names):
         """(rows, arrays, errors) for ``items``, one image per call: each keeps its own size."""
         rows, arrays, errors = [], [], {}
@@ -284,13 +290,7 @@ class ImageDecoder:
                 (i, png), = items
                 return [], None, {i: _undecodable(names[i], "PNG" if png else "JPEG", exc)}
         # Some image in the shard is damaged past its header: find it, keep the rest.
-        rows, arrays, errors = [], [], {}
-        for item in items:
-            r, a, e = self._shard([item], bodies, names)
-            rows.extend(r)
-            errors.update(e)
-            if r:
-                arrays.append(a)
+        rows, arrays, errors = self._each(items, bodies, names)
         return rows, (np.concatenate(arrays) if arrays else None), errors
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
