@@ -10,6 +10,7 @@ Response builders may therefore leave numeric outputs as numpy arrays (``native=
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -57,14 +58,45 @@ def native_array(arr: np.ndarray) -> Any:
     return np.ascontiguousarray(arr)
 
 
+# orjson reads an integer outside [-2**63, 2**64) as a float, the standard library as an int:
+# a body holding 19 digits in a row (every such integer has at least 19) is left to the latter.
+# Found as 19 zeros in a row once every digit is written as "0".
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+UNREAD = object()
+
+
+def has_long_digits(data: bytes | str) -> bool:
+    """True when ``data`` holds 19 or more digits in a row (an integer orjson may read as a float)."""
+    if isinstance(data, str):
+        return _LONG_DIGITS_TEXT.search(data) is not None
+    return _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO)
+
+
+def fast_loads(data: bytes | str) -> Any:
+    """``data`` parsed by orjson when that gives exactly what ``json.loads`` gives, else :data:`UNREAD`.
+
+    For what it accepts orjson builds the same values as the standard library (RFC 8259,
+    shortest round-trip floats, the last of duplicate keys); the standard library alone reads
+    ``NaN``/``Infinity``, integers outside 64 bits and lone surrogates, and words the errors
+    users see, so every other body is left to it (the caller's general path).
+    """
+    if has_long_digits(data):
+        return UNREAD
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return UNREAD
+
+
 def loads(data: bytes | str) -> Any:
     """Parse JSON; orjson first (several times faster on big base64 bodies), then the standard
     library, which also accepts the ``NaN``/``Infinity`` tokens TF Serving clients may send
     and produces the error messages users see."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
+    value = fast_loads(data)
+    if value is not UNREAD:
+        return value
     try:
         return json.loads(data)
     except RecursionError:  # nesting orjson refused too: report it as bad JSON, never a crash

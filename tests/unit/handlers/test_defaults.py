@@ -142,3 +142,42 @@ def test_json_lines_the_bulk_path_leaves_alone_still_parse():
     instances = json_request(body, "application/jsonlines")["instances"]
     assert instances[1:] == [[18446744073709551616], ["\ud800"], {"a": 1}, [2]]
     assert np.isnan(instances[0][0])
+
+
+def _typed(value):
+    """``value`` with every leaf tagged by its type: 1 and 1.0, or an int and its nearest float, differ."""
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    return type(value).__name__, repr(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                    max_leaves=8))
+def test_bulk_json_reads_as_the_standard_library_does(value):
+    body = json.dumps(value).encode()
+    expected = json.loads(body)
+    wrapped = expected if isinstance(expected, dict) and {"instances", "inputs", "examples"} & set(expected) \
+        else {"instances": [expected]}
+    assert _typed(json_request(body, "application/json")) == _typed(wrapped)
+
+
+@pytest.mark.parametrize("number", [-9223372036854775809, -(10 ** 19), 18446744073709551616, 10 ** 30])
+@pytest.mark.parametrize("media", ["application/json", "application/jsonlines"])
+def test_integers_beyond_64_bits_stay_integers(number, media):
+    # orjson reads an integer outside [-2**63, 2**64) as a float, 19 digits already for a
+    # negative one: the bulk paths must leave such a body to the standard library.
+    body = json.dumps({"instances": [[number, 1.5]]}).encode()
+    request = json_request(body, media)
+    rows = request["instances"] if media == "application/json" else request["instances"][0]["instances"]
+    assert _typed(rows) == _typed([[number, 1.5]])
+
+
+def test_json_the_bulk_path_leaves_alone_still_parses():
+    assert np.isnan(json_request(b"[NaN, 1]", "application/json")["instances"][0][0])
+    assert json_request(b'["\\ud800"]', "application/json") == {"instances": [["\ud800"]]}
+    with pytest.raises(InvalidInput, match="not valid UTF-8"):
+        json_request(b'["\xff"]', "application/json")
