@@ -193,6 +193,29 @@ def framed(workdir: Path, kind: str, count: int, seed: int = 0) -> Path:
     return folder / "input"
 
 
+def json_images(workdir: Path, count: int, seed: int = 0) -> Path:
+    """The JPEGs of :func:`jpegs` as TF Serving request bodies, one per file:
+    ``{"instances": [64 x 64 x 3 floats in [0, 1], 4 decimals]}`` (PIL's bilinear resize),
+    what a client of the float model sends with the SageMaker SDK's JSONSerializer."""
+    import numpy as np
+    import orjson
+    from PIL import Image
+
+    folder = workdir / f"json-images-{count}-{seed}"
+    meta = {"count": count, "seed": seed, "size": 64, "decimals": 4}
+    if _done(folder, meta):
+        return folder / "input"
+    images = sorted(jpegs(workdir, count, seed).iterdir())
+    target = _fresh(folder)
+    for image in images:
+        with Image.open(image) as im:
+            pixels = np.asarray(im.convert("RGB").resize((64, 64), Image.BILINEAR), dtype=np.float64)
+        body = orjson.dumps({"instances": [np.round(pixels / 255.0, 4).tolist()]})
+        (target / (image.stem + ".json")).write_bytes(body)
+    (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
 def table(workdir: Path, kind: str, rows_per_file: int, seed: int = 0) -> Path:
     """``TABLE_FILES`` files of ``rows_per_file`` rows of 32 floats, as "csv" or "jsonl"."""
     import numpy as np

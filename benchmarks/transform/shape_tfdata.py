@@ -14,6 +14,9 @@ model's signature, and a background writer thread so the model never waits on JS
   ``recordio``: MXNet framing, split with a few lines of Python per file) -> one line per
   record. Batches are formed inside each file's branch, so an object ends with its own batch
   and is written as soon as its last batch is back.
+* ``json``: one TF Serving JSON body per file (``{"instances": [image]}``) -> ``read_file ->
+  numpy_function(orjson.loads -> float32) -> batch -> prefetch`` (JSON has no TensorFlow op;
+  the parse holds the GIL, as any Python parser does) -> one TFS row-format answer per file.
 * ``table``: CSV or compact JSON-array lines of 32 floats -> ``TextLineDataset -> batch ->
   decode_csv`` (brackets stripped for JSON) -> one ``{"predictions": [...]}`` line per batch.
 
@@ -79,6 +82,18 @@ def _image_decoder(spec, float_model: bool):
     return decode
 
 
+def _json_decoder(spec):
+    import orjson
+    import tensorflow as tf
+
+    shape = spec.shape[1:]
+
+    def parse(body: bytes) -> np.ndarray:
+        return np.asarray(orjson.loads(body)["instances"][0], dtype=np.float32)
+
+    return lambda data: tf.ensure_shape(tf.numpy_function(parse, [data], tf.float32, stateful=False), shape)
+
+
 def _split_recordio(data: bytes) -> np.ndarray:
     records, at = [], 0
     while at + 8 <= len(data):
@@ -94,7 +109,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     import tensorflow as tf
 
     started = time.monotonic()
-    _, predict, key, spec = _signature(model_dir, float_model or kind == "table")
+    _, predict, key, spec = _signature(model_dir, float_model or kind in ("table", "json"))
     out, root = Path(output_dir), Path(input_dir)
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(str(p) for p in root.iterdir() if p.is_file())
@@ -106,8 +121,8 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
         pending = []
-        if kind == "files":
-            decode = _image_decoder(spec, float_model)
+        if kind in ("files", "json"):
+            decode = _image_decoder(spec, float_model) if kind == "files" else _json_decoder(spec)
             images = (tf.data.Dataset.from_tensor_slices(files)
                       .map(lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
                       .batch(batch_size).prefetch(auto))
@@ -117,7 +132,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                     target(name).write_bytes(_dumps({"predictions": [row]}))
 
             for names, batch in images:
-                rows = _rows(predict(**{key: batch}), float_model)
+                rows = _rows(predict(**{key: batch}), float_model or kind == "json")
                 pending.append(writer.submit(write_files, list(names.numpy()), rows))
                 count += len(rows)
         else:
@@ -184,7 +199,7 @@ def _table_decoder(framing: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.shape_tfdata",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("--kind", required=True, choices=["files", "records", "table"])
+    parser.add_argument("--kind", required=True, choices=["files", "json", "records", "table"])
     parser.add_argument("--framing", default="", help="records: tfrecord|recordio; table: csv|jsonl")
     parser.add_argument("--float", action="store_true", help="files: a float-input model's serving_default")
     parser.add_argument("--model-dir", required=True)

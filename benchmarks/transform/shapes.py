@@ -150,6 +150,16 @@ def jpeg_anysize(workdir: Path, scale: Scale) -> Job:
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
 
+def json_float(workdir: Path, scale: Scale) -> Job:
+    n = _count(scale)
+    inputs = data.json_images(workdir, n)
+    model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
+    noscript = model / "model-noscript.tar.gz"
+    return Job(inputs, n, n, _tfbatch(noscript, inputs, "application/json"),
+               _tfdata("json", model / "savedmodel" / "1", inputs),
+               _server(noscript), _client(None, inputs, "application/json"))
+
+
 def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = False) -> Job:
     n = _count(scale)
     inputs, tiny = data.framed(workdir, framing, n), _tiny(workdir)
@@ -199,6 +209,8 @@ SHAPES = [
           lambda w, s: jpeg_bytes(w, s, script=True)),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
+    Shape("json-float", "one JSON request body per file ({\"instances\": [64x64x3 floats]}), float-input Keras "
+          "model, no script", json_float),
     Shape("tfrecord", "TFRecord shards, SingleRecord, AssembleWith Line, Example-parsing inference.py (seed 004)",
           lambda w, s: framed_images(w, s, framing="tfrecord")),
     Shape("csv", "CSV, Line, MultiRecord 1 MB, float-input model, no script (20 files)",
