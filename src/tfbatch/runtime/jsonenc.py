@@ -10,7 +10,6 @@ Response builders may therefore leave numeric outputs as numpy arrays (``native=
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import numpy as np
@@ -63,14 +62,16 @@ def native_array(arr: np.ndarray) -> Any:
 # Found as 19 zeros in a row once every digit is written as "0".
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * 19
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 UNREAD = object()
 
 
 def has_long_digits(data: bytes | str) -> bool:
-    """True when ``data`` holds 19 or more digits in a row (an integer orjson may read as a float)."""
+    """True when ``data`` holds 19 or more digits in a row (an integer orjson may read as a float).
+
+    ~1 ns a byte (a regular expression took ~10 on a body of floats, most of whose bytes are digits).
+    """
     if isinstance(data, str):
-        return _LONG_DIGITS_TEXT.search(data) is not None
+        data = data.encode("utf-8", "surrogatepass")
     return _LONG_DIGITS in data.translate(_DIGITS_AS_ZERO)
 
 

@@ -181,3 +181,13 @@ def test_json_the_bulk_path_leaves_alone_still_parses():
     assert json_request(b'["\\ud800"]', "application/json") == {"instances": [["\ud800"]]}
     with pytest.raises(InvalidInput, match="not valid UTF-8"):
         json_request(b'["\xff"]', "application/json")
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_jsonenc_loads_keeps_long_integers_in_text_and_bytes(as_text):
+    # What the REST server and a handler's returned body go through (runtime.jsonenc.loads).
+    from tfbatch.runtime import jsonenc
+
+    body = '{"instances": [[-9223372036854775809, 0.25, 12]]}'
+    value = jsonenc.loads(body if as_text else body.encode())
+    assert _typed(value) == _typed(json.loads(body))
