@@ -116,6 +116,7 @@ class InlinePool:
 
     def close(self) -> None:
         self._threads.close()
+        self.worker.close()
 
     @property
     def stats(self) -> dict[str, Any]:

@@ -26,6 +26,10 @@ Wire format (:mod:`tfbatch.handlers.wire` messages over a socket pair):
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +47,20 @@ from tfbatch.handlers.service import (
 )
 
 log = logging.getLogger(__name__)
+
+# A single ``handler`` calls the model itself (a POST to ``context.rest_uri`` or a gRPC call)
+# and waits for the answer: called one after another, a worker hands the loopback server one
+# request at a time and the model sees batches of one or two. The SageMaker container runs
+# handlers concurrently too (gunicorn's default ``gevent`` worker class), so a hop's handler
+# calls run on up to this many threads of the worker, and the model server batches what
+# arrives together. ``SAGEMAKER_GUNICORN_WORKER_CLASS=sync``, the container's way to run one
+# request at a time per worker, keeps them one at a time here as well.
+HANDLER_CONCURRENCY = 16
+
+
+def handler_concurrency(env=os.environ) -> int:
+    """Handler calls a worker runs at once: 1 where the job asks for the container's ``sync`` workers."""
+    return 1 if env.get("SAGEMAKER_GUNICORN_WORKER_CLASS", "").strip().lower() == "sync" else HANDLER_CONCURRENCY
 
 
 class Worker:
@@ -63,6 +81,15 @@ class Worker:
         # run here instead, off the process that feeds the model.
         self.handlers = load_handlers(Path(init["script"])) if init.get("script") else None
         self._channels: dict[int, Any] = {}
+        self._threads: ThreadPoolExecutor | None = None
+        self._serial = threading.Lock()
+
+    def close(self) -> None:
+        """Lets the handler threads end (an in-process pool's worker outlives no job); a call
+        that never returns is not waited for, as a hook thread's is not."""
+        threads, self._threads = self._threads, None
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
 
     def channel(self, port: int | None):
         if port is None:
@@ -90,6 +117,17 @@ class Worker:
     def run(self, step: str, items: list) -> list:
         if step != "input":
             return [_guarded(self.output, item) for item in items]
+        if self.handlers is not None and self.handlers.mode == "handler":
+            concurrency = handler_concurrency()
+            if concurrency == 1:
+                # One call at a time in this process, also across the hop threads of an
+                # in-process pool.
+                with self._serial:
+                    return [_guarded(self._input, item) for item in items]
+            if len(items) > 1:
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
+                return list(self._threads.map(partial(_guarded, self._input), items))
         firsts = [_guarded(self._input, item) for item in items]
         # The base64 images of every request that takes the fast decode, decoded together:
         # pybase64 lets go of the GIL for each call, and taking it back behind the threads

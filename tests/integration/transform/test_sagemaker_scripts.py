@@ -93,3 +93,60 @@ def test_sagemaker_script_runs_unchanged(tmp_path, savedmodel, script):
             assert len(prediction["probabilities"]) == 10
         else:
             assert 0 <= body["label"] < 10
+
+
+# Each call meets one other at a barrier (pairs of calls in flight at once), counts the calls
+# in flight, and answers with the most it saw. Calls made one after another never meet: the
+# first wait times out and breaks the barrier, after which no call waits again.
+CONCURRENT_HANDLER = """
+import json, threading
+import requests
+
+_lock = threading.Lock()
+_pair = threading.Barrier(2, timeout=5)
+_now = 0
+_peak = 0
+
+def handler(data, context):
+    global _now, _peak
+    with _lock:
+        _now += 1
+        _peak = max(_peak, _now)
+    try:
+        try:
+            _pair.wait()
+        except threading.BrokenBarrierError:
+            pass
+        payload = {"instances": [{"b64": __import__("base64").b64encode(data.read()).decode()}]}
+        response = requests.post(context.rest_uri, data=json.dumps(payload))
+        if response.status_code != 200:
+            raise ValueError(response.content.decode("utf-8"))
+    finally:
+        with _lock:
+            _now -= 1
+    return json.dumps({"peak": _peak}), "application/json"
+"""
+
+
+@pytest.mark.parametrize("workers", [None, "1"], ids=["default-pool", "worker-process"])
+@pytest.mark.parametrize("worker_class", [None, "sync"])
+def test_handler_calls_of_a_hop_run_concurrently(tmp_path, savedmodel, workers, worker_class):
+    # A handler waits on its own model call: one at a time, the loopback server batches
+    # nothing. As the container's gevent workers do, calls overlap, unless the job asks for
+    # the container's sync workers.
+    archive = _archive(tmp_path, savedmodel, CONCURRENT_HANDLER)
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    for n in range(24):
+        (inp / f"{n:02d}.png").write_bytes(_png(n * 10))
+    env = ["--env", f"SAGEMAKER_GUNICORN_WORKER_CLASS={worker_class}"] if worker_class else []
+    pool = ["--handler-workers", workers] if workers else []  # default: in process below 3 cores
+    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), *pool,
+                "--content-type", "application/x-image", *env)
+    assert proc.returncode == 0, proc.stderr
+    peaks = [json.loads(p.read_bytes())["peak"] for p in sorted(out.glob("*.out"))]
+    assert len(peaks) == 24
+    if worker_class == "sync":
+        assert max(peaks) == 1
+    else:
+        assert max(peaks) >= 2

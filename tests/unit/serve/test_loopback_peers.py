@@ -139,3 +139,20 @@ def test_grpc_interceptor_with_real_dual_stack_sockets(target):
                 assert echo(b"y", timeout=10, metadata=[("authorization", "Bearer t")]) == b"ok:y"
         finally:
             server.stop(None)
+
+
+@linux_only
+def test_kernel_lookup_and_proc_table_agree(connection):
+    # The exact lookup (socket diagnostics over netlink) and the /proc/net/tcp reader it
+    # replaces find the same inode: the one the client socket has.
+    import os
+
+    from tfbatch.tfs import peers
+
+    client, server, sock = connection
+    inode = os.fstat(sock.fileno()).st_ino
+    assert peers._proc_inode(4, client, server) == inode
+    assert peers._diag_inode(4, client, server) in (inode, peers._NO_DIAG)
+    assert peers._diag_inode(4, ("127.0.0.1", 1), server) in (None, peers._NO_DIAG)
+    assert peers._diag_inode(4, server, client) not in (inode, None)  # the accepted end: another socket
+
