@@ -103,6 +103,25 @@ def output_handler(response, context):
 
 
 # The same for a model that takes each image at its own size: no resize, every pixel as JSON.
+# A single ``handler`` (SageMaker's other script form): it calls the model itself, a POST to
+# context.rest_uri per image, with the same body the bench's pair sends.
+HANDLER_SCRIPT = '''\
+import base64
+import json
+
+import requests
+
+
+def handler(data, context):
+    if context.request_content_type != "application/x-image":
+        raise ValueError("unsupported content type {}".format(context.request_content_type))
+    body = json.dumps({"instances": [{"b64": base64.b64encode(data.read()).decode("utf-8")}]})
+    response = requests.post(context.rest_uri, data=body)
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
 ANYSIZE_IMAGE_SCRIPT = FLOAT_IMAGE_SCRIPT.replace('.convert("RGB").resize((64, 64), Image.BILINEAR)',
                                                   '.convert("RGB")')
 

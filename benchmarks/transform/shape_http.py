@@ -118,6 +118,11 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     def one(body: bytes) -> bytes:
         context = Context(model_name, None, "predict", rest_uri, None, None, None, content_type,
                           "application/json", len(body))
+        if script is not None and hasattr(script, "handler"):
+            # A single handler POSTs to context.rest_uri itself (its own connection per call,
+            # as the container's scripts do).
+            result, _ = script.handler(io.BytesIO(body), context)
+            return result if isinstance(result, bytes) else result.encode()
         if script is not None:
             response = post(script.input_handler(io.BytesIO(body), context))
             result, _ = script.output_handler(response, context)

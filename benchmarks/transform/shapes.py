@@ -129,6 +129,15 @@ def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
 
 
+def jpeg_handler(workdir: Path, scale: Scale) -> Job:
+    n = _count(scale)
+    inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
+    archive = data.scripted_archive(tiny, "handler", data.HANDLER_SCRIPT)
+    return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
+               _tfdata("files", tiny / "savedmodel" / "1", inputs),
+               _server(archive), _client(archive, inputs, "application/x-image"))
+
+
 def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
@@ -207,6 +216,7 @@ SHAPES = [
           in_all=False),
     Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
           lambda w, s: jpeg_bytes(w, s, script=True)),
+    Shape("jpeg-handler", "a single handler that POSTs each image to context.rest_uri, tiny model", jpeg_handler),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
     Shape("json-float", "one JSON request body per file ({\"instances\": [64x64x3 floats]}), float-input Keras "
