@@ -69,7 +69,9 @@ class InlinePool:
         self.worker = Worker(init)
         self.reason = reason
         self.hops = 0
-        self.hook_cpu_s = 0.0  # CPU the hook threads spent in steps: what worker processes would take
+        # CPU the hook threads spent in steps (with the worker's handler threads, which a
+        # single ``handler`` runs on): what worker processes would take.
+        self.hook_cpu_s = 0.0
         self._lock = threading.Lock()
         self._threads = HookThreads()
 
@@ -112,7 +114,7 @@ class InlinePool:
     def spent(self) -> tuple[float, int]:
         """(CPU seconds the hook threads spent in steps, steps run) so far."""
         with self._lock:
-            return self.hook_cpu_s, self.hops
+            return self.hook_cpu_s + self.worker.handler_cpu_s, self.hops
 
     def close(self) -> None:
         self._threads.close()

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,9 @@ class Worker:
         self._channels: dict[int, Any] = {}
         self._threads: ThreadPoolExecutor | None = None
         self._serial = threading.Lock()
+        # CPU the handler threads spent (an in-process pool counts it as the hooks' CPU).
+        self.handler_cpu_s = 0.0
+        self._cpu_lock = threading.Lock()
 
     def close(self) -> None:
         """Lets the handler threads end (an in-process pool's worker outlives no job); a call
@@ -127,7 +130,7 @@ class Worker:
             if len(items) > 1:
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
-                return list(self._threads.map(partial(_guarded, self._input), items))
+                return list(self._threads.map(self._timed_input, items))
         firsts = [_guarded(self._input, item) for item in items]
         # The base64 images of every request that takes the fast decode, decoded together:
         # pybase64 lets go of the GIL for each call, and taking it back behind the threads
@@ -140,6 +143,17 @@ class Worker:
                 firsts[n] = _guarded(self._finish, (images, decoded[at:at + len(images.texts)]))
                 at += len(images.texts)
         return firsts
+
+    def _timed_input(self, item: tuple) -> tuple:
+        """``_guarded(self._input, item)`` on a handler thread, its CPU added to ``handler_cpu_s``
+        (the calling thread's own CPU clock does not see it)."""
+        began = time.thread_time()
+        try:
+            return _guarded(self._input, item)
+        finally:
+            spent = time.thread_time() - began
+            with self._cpu_lock:
+                self.handler_cpu_s += spent
 
     def _input(self, item: tuple) -> tuple | "_Images":
         ctx = self.context(item)

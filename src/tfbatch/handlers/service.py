@@ -91,6 +91,11 @@ class InferenceService:
             limit_pil(max_image_pixels)  # user scripts that decode with PIL get the same budget
         self._channel = None
         self._channel_lock = threading.Lock()
+        if handlers is not None and handlers.mode == "handler" and rest_port is not None:
+            # The handler's requests.post(context.rest_uri) in this process skips the HTTP hop.
+            from tfbatch.handlers import local_rest
+
+            local_rest.register(rest_port, self)
 
     def with_model_server(
         self, model_server: Any, *, rest_port: int | None = None, grpc_port: int | None = None

@@ -218,7 +218,10 @@ class InstanceRunner:
             if reason is not None:
                 log.info("the script's hooks run in this process, a hop at a time: %s", reason)
                 self.pool = InlinePool(init, reason)
-                if self.handler_workers() >= 2:
+                # A single handler's model calls are answered in this process
+                # (handlers/local_rest.py); from a worker process each is an HTTP round trip,
+                # which costs more than the hooks' share of the GIL (profile/handler.md).
+                if self.handler_workers() >= 2 and handlers.mode != "handler":
                     # ... until they turn out to be most of this process's CPU (a script that
                     # decodes images with PIL, say): then in worker processes (adaptive_pool.py).
                     from tfbatch.handlers.adaptive_pool import AdaptivePool

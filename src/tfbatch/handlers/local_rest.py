@@ -1,0 +1,116 @@
+"""``requests`` calls to ``context.rest_uri`` from a handler in the model's own process, answered
+without the HTTP hop.
+
+A single ``handler`` calls the model itself, usually ``requests.post(context.rest_uri, ...)``.
+Where the handler runs in the process that holds the model (a batch job's in-process hooks,
+``tfbatch serve``), that request would go out through a TCP connection, uvicorn and the
+loopback guard, and come back the same way, all on the one GIL the model call and the handler
+share: on the dev VM the HTTP hop cost more CPU than the rest of the record. Once a service
+with a handler registers its loopback port here, a ``requests`` call whose URL is that port
+on the loopback host is answered by the same code the loopback endpoint runs (path parsing,
+the TFS API, the encoded-image budget), in the calling thread, with a real
+``requests.Response``; the model server batches concurrent calls as it batches the endpoint's.
+
+Only ``requests`` is diverted (``Session.get_adapter``, for registered ports only); any other
+client (urllib3, http.client, aiohttp, gRPC on ``context.grpc_port``), another process (a
+handler worker) and every other URL still reach the live loopback endpoints.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+from urllib.parse import urlsplit
+
+from tfbatch.errors import TfbatchError, from_exception
+
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_services: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_lock = threading.Lock()
+_installed = False
+
+
+def register(port: int, service: Any) -> None:
+    """Answer ``requests`` calls to ``http://localhost:<port>/...`` in process, with ``service``
+    (an ``InferenceService``: its model server and image budget). Kept while the service lives."""
+    with _lock:
+        _services[port] = service
+        _install()
+
+
+def service_for(url: str) -> Any:
+    """The registered service a URL names, or None."""
+    if not _services:
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "http" or parts.hostname not in _LOOPBACK_HOSTS or port is None:
+        return None
+    return _services.get(port)
+
+
+def _install() -> None:
+    global _installed
+    if _installed:
+        return
+    import requests
+
+    original = requests.Session.get_adapter
+    adapter = LocalAdapter()
+
+    def get_adapter(self, url):
+        return adapter if service_for(url) is not None else original(self, url)
+
+    requests.Session.get_adapter = get_adapter
+    _installed = True
+
+
+def _adapter_base():
+    from requests.adapters import BaseAdapter
+
+    return BaseAdapter
+
+
+class LocalAdapter(_adapter_base()):
+    """A ``requests`` transport that calls the registered service instead of opening a socket."""
+
+    def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
+        from tfbatch.handlers.service import make_response
+
+        service = service_for(request.url)
+        status, content = _answer(service, request.method or "GET", urlsplit(request.url).path, request.body)
+        response = make_response(status, content, request.url)
+        response.request = request
+        response.connection = self
+        return response
+
+    def close(self) -> None:
+        pass
+
+
+def _answer(service: Any, method: str, path: str, body: Any) -> tuple[int, bytes]:
+    """(status, JSON body) as the loopback REST endpoint answers ``method path``."""
+    from tfbatch.runtime import jsonenc
+    from tfbatch.tfs.rest import call_model_server, decode_json_object, parse_path
+
+    try:
+        if service is None:
+            raise TfbatchError("the model service is gone")
+        target = parse_path(path, method.upper())
+        if target.action in ("status", "metadata"):
+            return 200, call_model_server(service.model_server, target, b"")
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif body is not None and not isinstance(body, bytes):
+            body = b"".join(body)  # a generator or file-like body: requests streams it
+        request = decode_json_object(body or b"", f":{target.action}")
+        return 200, jsonenc.dumps(service._call_model(request, target.name, target.version, target.action))
+    except TfbatchError as err:
+        return err.status, err.to_json()
+    except Exception as exc:  # noqa: BLE001 - as the endpoint: a failure is the caller's 500
+        err = from_exception(exc)
+        return err.status, err.to_json()

@@ -1,0 +1,85 @@
+"""A handler's ``requests`` call to ``context.rest_uri`` in the model's own process is answered in
+process (handlers/local_rest.py): the same bytes and status as the live loopback endpoint, for
+the calls it diverts, and only those."""
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+import requests
+
+from tfbatch.handlers.service import InferenceService
+from tfbatch.handlers.user_code import load_handlers
+from tfbatch.tfs.loopback import LoopbackEndpoints
+
+HANDLER = """
+import requests
+
+def handler(data, context):
+    response = requests.post(context.rest_uri, data=data.read())
+    return response.content, "application/json"
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _over_http(method: str, url: str, body: bytes | None = None) -> tuple[int, dict]:
+    """urllib (never diverted): the live loopback endpoint's answer. This process started it,
+    so the loopback guard lets it in without the token."""
+    request = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.fixture
+def live(write_script, tmp_path, linear_server):
+    endpoints = LoopbackEndpoints(linear_server).start()
+    handlers = load_handlers(write_script(tmp_path / "code", HANDLER))
+    service = InferenceService(linear_server, handlers, rest_port=endpoints.rest_port)
+    yield service, f"http://localhost:{endpoints.rest_port}/v1/models/model"
+    endpoints.stop()
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("POST", ":predict", {"instances": [[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]]}),
+    ("POST", "/versions/1:predict", {"inputs": {"x": [[1.0, 2.0, 3.0]]}}),
+    ("POST", "/versions/9:predict", {"instances": [[1.0, 2.0, 3.0]]}),  # no such version: 404
+    ("POST", ":predict", {"instances": [[1.0, 2.0]]}),  # wrong shape: 400
+    ("POST", ":predict", b"{not json"),
+    ("POST", ":explain", {"instances": [[1.0, 2.0, 3.0]]}),  # no such method: 404
+    ("GET", "", None),  # model status
+    ("GET", "/versions/2/metadata", None),
+])
+def test_diverted_calls_answer_as_the_live_endpoint_does(live, method, path, body):
+    _, base = live
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    response = requests.request(method, base + path, data=data)
+    assert isinstance(response, requests.Response)
+    assert (response.status_code, response.json()) == _over_http(method, base + path, data)
+    assert response.headers["Content-Type"] == "application/json"
+
+
+def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, linear_server):
+    # Registered but never served: only the in-process answer can reach it.
+    port = _free_port()
+    handlers = load_handlers(write_script(tmp_path / "code", HANDLER))
+    service = InferenceService(linear_server, handlers, rest_port=port)
+    from tfbatch.handlers.service import InvocationRequest
+
+    reply = service.invoke(InvocationRequest(body=b'{"instances": [[1.0, 2.0, 3.0]]}'))
+    assert reply.status == 200, reply.body
+    assert len(json.loads(reply.body)["predictions"]) == 1
+    with pytest.raises(urllib.error.URLError):  # a client that is not requests still dials it
+        _over_http("POST", f"http://localhost:{port}/v1/models/model:predict", b"{}")
+    with pytest.raises(requests.ConnectionError):  # another port, or another host, is not diverted
+        requests.post(f"http://localhost:{_free_port()}/v1/models/model:predict", data=b"{}", timeout=10)
+    del service
