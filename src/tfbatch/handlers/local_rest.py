@@ -11,7 +11,8 @@ on the loopback host is answered by the same code the loopback endpoint runs (pa
 the TFS API, the encoded-image budget), in the calling thread, with a real
 ``requests.Response``; the model server batches concurrent calls as it batches the endpoint's.
 
-Only ``requests`` is diverted (``Session.get_adapter``, for registered ports only); any other
+Only ``requests`` is diverted (``Session.get_adapter`` and ``requests.api.request``, for
+registered ports only); any other
 client (urllib3, http.client, aiohttp, gRPC on ``context.grpc_port``), another process (a
 handler worker) and every other URL still reach the live loopback endpoints.
 """
@@ -53,19 +54,38 @@ def service_for(url: str) -> Any:
     return _services.get(port)
 
 
+_sessions = threading.local()
+
+
 def _install() -> None:
+    """Route registered URLs to :class:`LocalAdapter`, from any ``Session``; and let the
+    module-level calls (``requests.post(url)``, which builds a Session, two connection pools
+    and the proxy and netrc settings from the environment per call, a third of the handler's
+    CPU) use one Session per thread for those URLs, which reach no network."""
     global _installed
     if _installed:
         return
     import requests
+    import requests.api
 
-    original = requests.Session.get_adapter
+    original_adapter = requests.Session.get_adapter
+    original_request = requests.api.request
     adapter = LocalAdapter()
 
     def get_adapter(self, url):
-        return adapter if service_for(url) is not None else original(self, url)
+        return adapter if service_for(url) is not None else original_adapter(self, url)
+
+    def request(method, url, **kwargs):
+        if service_for(url) is None:
+            return original_request(method, url, **kwargs)
+        session = getattr(_sessions, "session", None)
+        if session is None:
+            session = _sessions.session = requests.Session()
+            session.trust_env = False  # no proxy or netrc lookup for a call that stays in process
+        return session.request(method=method, url=url, **kwargs)
 
     requests.Session.get_adapter = get_adapter
+    requests.api.request = request
     _installed = True
 
 

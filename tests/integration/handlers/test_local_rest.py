@@ -62,10 +62,13 @@ def live(write_script, tmp_path, linear_server):
 def test_diverted_calls_answer_as_the_live_endpoint_does(live, method, path, body):
     _, base = live
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    response = requests.request(method, base + path, data=data)
-    assert isinstance(response, requests.Response)
-    assert (response.status_code, response.json()) == _over_http(method, base + path, data)
-    assert response.headers["Content-Type"] == "application/json"
+    expected = _over_http(method, base + path, data)
+    with requests.Session() as session:  # a script's own Session takes the same route
+        for call in (requests.request, session.request):
+            response = call(method, base + path, data=data)
+            assert isinstance(response, requests.Response)
+            assert (response.status_code, response.json()) == expected
+            assert response.headers["Content-Type"] == "application/json"
 
 
 def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, linear_server):
