@@ -141,7 +141,8 @@ def test_handler_calls_of_a_hop_run_concurrently(tmp_path, savedmodel, workers, 
         (inp / f"{n:02d}.png").write_bytes(_png(n * 10))
     env = ["--env", f"SAGEMAKER_GUNICORN_WORKER_CLASS={worker_class}"] if worker_class else []
     pool = ["--handler-workers", workers] if workers else []  # default: in process below 3 cores
-    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), *pool,
+    # Hops of up to 8 records (no batch-size probe), so that a hop has calls to overlap.
+    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), *pool, "--max-batch-size", "8",
                 "--content-type", "application/x-image", *env)
     assert proc.returncode == 0, proc.stderr
     peaks = [json.loads(p.read_bytes())["peak"] for p in sorted(out.glob("*.out"))]
