@@ -40,6 +40,12 @@ def register(port: int, service: Any) -> None:
         _install()
 
 
+def unregister(port: int) -> None:
+    """Stop answering calls to ``port`` in process (its endpoints are closing)."""
+    with _lock:
+        _services.pop(port, None)
+
+
 def service_for(url: str) -> Any:
     """The registered service a URL names, or None."""
     if not _services:

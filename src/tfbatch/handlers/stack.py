@@ -29,6 +29,10 @@ class ServiceStack:
 
     def close(self) -> None:
         if self.endpoints is not None:
+            if self.endpoints.rest_port is not None:
+                from tfbatch.handlers import local_rest
+
+                local_rest.unregister(self.endpoints.rest_port)
             self.endpoints.stop()
         self.model_server.close()
         self.artifact.cleanup()  # the extracted archive, when open_artifact made a temp folder

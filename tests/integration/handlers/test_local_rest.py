@@ -10,6 +10,7 @@ import urllib.request
 import pytest
 import requests
 
+from tfbatch.handlers import local_rest
 from tfbatch.handlers.service import InferenceService
 from tfbatch.handlers.user_code import load_handlers
 from tfbatch.tfs.loopback import LoopbackEndpoints
@@ -46,6 +47,7 @@ def live(write_script, tmp_path, linear_server):
     handlers = load_handlers(write_script(tmp_path / "code", HANDLER))
     service = InferenceService(linear_server, handlers, rest_port=endpoints.rest_port)
     yield service, f"http://localhost:{endpoints.rest_port}/v1/models/model"
+    local_rest.unregister(endpoints.rest_port)
     endpoints.stop()
 
 
@@ -85,4 +87,7 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
         _over_http("POST", f"http://localhost:{port}/v1/models/model:predict", b"{}")
     with pytest.raises(requests.ConnectionError):  # another port, or another host, is not diverted
         requests.post(f"http://localhost:{_free_port()}/v1/models/model:predict", data=b"{}", timeout=10)
+    local_rest.unregister(port)
+    with pytest.raises(requests.ConnectionError):  # unregistered: requests dials it too
+        requests.post(f"http://localhost:{port}/v1/models/model:predict", data=b"{}", timeout=10)
     del service
