@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from tfbatch.errors import TfbatchError, from_exception
 
-_LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_LOOPBACK_HOSTS = ("localhost", "127.0.0.1")  # the hosts the loopback endpoints answer on
 _services: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 _installed = False
