@@ -24,6 +24,10 @@ import weakref
 from typing import Any
 from urllib.parse import urlsplit
 
+# This module is imported only where a handler script is registered (service.py), so requests,
+# which jobs without a script never import, is loaded here only when it is needed.
+from requests.adapters import BaseAdapter
+
 from tfbatch.errors import TfbatchError, from_exception
 
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1")  # the hosts the loopback endpoints answer on
@@ -95,13 +99,7 @@ def _install() -> None:
     _installed = True
 
 
-def _adapter_base():
-    from requests.adapters import BaseAdapter
-
-    return BaseAdapter
-
-
-class LocalAdapter(_adapter_base()):
+class LocalAdapter(BaseAdapter):
     """A ``requests`` transport that calls the registered service instead of opening a socket."""
 
     def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
