@@ -195,13 +195,18 @@ def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = Fa
                _server(archive), _client(archive, inputs, content_type, *job_flags), split)
 
 
-def table(workdir: Path, scale: Scale, *, framing: str) -> Job:
+def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRecord",
+          content_type: str | None = None) -> Job:
+    """Rows of 32 floats, ``--split-type Line``: MultiRecord (1 MB payloads) or SingleRecord
+    (the job's default: one line per request; tfbatch joins them, the HTTP design cannot).
+    The expert's tf.data script is the same for both: it batches lines whatever the strategy."""
     rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
-    content_type = "text/csv" if framing == "csv" else "application/jsonlines"
-    flags = ["--split-type", "Line", "--batch-strategy", "MultiRecord", "--max-payload-mb", "1",
-             "--assemble-with", "Line"]
+    content_type = content_type or ("text/csv" if framing == "csv" else "application/jsonlines")
+    flags = ["--split-type", "Line", "--batch-strategy", strategy, "--assemble-with", "Line"]
+    if strategy == "MultiRecord":
+        flags[4:4] = ["--max-payload-mb", "1"]
     noscript = model / "model-noscript.tar.gz"
     return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(noscript, inputs, content_type, *flags),
                _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024"),
@@ -227,6 +232,13 @@ SHAPES = [
           lambda w, s: table(w, s, framing="csv")),
     Shape("jsonl", "JSON Lines, Line, MultiRecord 1 MB, float-input model, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl")),
+    Shape("csv-single", "CSV, Line, SingleRecord (the default strategy: one line per request), float-input "
+          "model, no script (20 files)", lambda w, s: table(w, s, framing="csv", strategy="SingleRecord")),
+    Shape("jsonl-single", "JSON Lines, Line, SingleRecord, float-input model, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl", strategy="SingleRecord")),
+    Shape("json-lines-single", "one JSON array per line sent as application/json, Line, SingleRecord, "
+          "float-input model, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl", strategy="SingleRecord", content_type="application/json")),
     Shape("recordio", "RecordIO of JPEGs, SingleRecord, AssembleWith Line, no script",
           lambda w, s: framed_images(w, s, framing="recordio")),
     Shape("recordio-multi", "MultiRecord image job: RecordIO of JPEGs, MultiRecord 1 MB, splitting inference.py",

@@ -19,13 +19,16 @@ from tfbatch.records.writers import frame_record, write_lines, write_recordio, w
 from tfbatch.records.join import DataProcessor, content_kind, normalize_join_source
 from tfbatch.records.jsonpath import JsonPath, compile_path
 from tfbatch.records.payloads import (
+    JOIN_KINDS,
     Payload,
     form_payloads,
+    join_single,
     normalize_strategy,
     split_multi_response,
 )
 
 __all__ = [
+    "JOIN_KINDS",
     "RECORDIO_MAGIC",
     "Assembler",
     "DataProcessor",
@@ -41,6 +44,7 @@ __all__ = [
     "form_payloads",
     "frame_record",
     "iter_records",
+    "join_single",
     "masked_crc32c",
     "normalize_assemble_with",
     "normalize_compression",

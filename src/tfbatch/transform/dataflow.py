@@ -39,7 +39,7 @@ from typing import Any
 
 from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
-from tfbatch.records import DataProcessor, Payload, form_payloads, iter_records, open_input
+from tfbatch.records import DataProcessor, Payload, iter_records, open_input
 from tfbatch.storage import ObjectRef
 from tfbatch.storage.io import read_small
 from tfbatch.storage.uri import is_local
@@ -65,7 +65,7 @@ class _Object:
         self.had_error_file = had_error_file
         self.data: bytes | None = None
         self.payloads: list[Payload] | None = None
-        self.bodies: list[bytes] = []  # one per payload that reaches the model
+        self.bodies: list[tuple[bytes, str]] = []  # (body, content type) per payload that reaches the model
         self.errors: list[TfbatchError | None] = []  # one per payload
         self.responses: list[InvocationResponse] = []  # one per body
 
@@ -141,7 +141,7 @@ class Dataflow:
             stream = open_input(io.BytesIO(obj.data), spec.compression, source=key)
             records = iter_records(stream, spec.split_type, source=key, limit=spec.record_limit)
             payloads, total = [], 0
-            for payload in form_payloads(records, spec.batch_strategy, spec.max_payload_bytes, source=key):
+            for payload in self.pipeline.payloads(records, key):
                 total += len(payload.body)
                 if total > self.max_object_bytes:
                     return  # e.g. a gzip body too large to hold: the pipeline streams it
@@ -161,8 +161,8 @@ class Dataflow:
             error = payload.error
             if error is None:
                 try:
-                    obj.bodies.append(self.processor.filter_input(payload.body) if self.processor.active
-                                      else payload.body)
+                    obj.bodies.append((self.processor.filter_input(payload.body) if self.processor.active
+                                       else payload.body, payload.content_type or self.spec.content_type))
                 except TfbatchError as exc:
                     error = exc
             obj.errors.append(error)
@@ -187,7 +187,7 @@ class Dataflow:
                 hop = self._next_size()
             end, size = start, 0
             while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
-                size += len(flat[end][1])
+                size += len(flat[end][1][0])
                 end += 1
             if self._hop_pool is None or (not answers and end == len(flat)):
                 # One hop for the whole chunk (or no hop threads): run it on this thread.
@@ -204,9 +204,9 @@ class Dataflow:
             for (obj, _), response in zip(flat[a:b], responses):
                 obj.responses.append(response)
 
-    def _hop(self, part: list[tuple[_Object, bytes]]) -> list[InvocationResponse]:
-        reqs = [InvocationRequest(body=body, content_type=self.spec.content_type, accept=self.spec.accept)
-                for _, body in part]
+    def _hop(self, part: list[tuple[_Object, tuple[bytes, str]]]) -> list[InvocationResponse]:
+        reqs = [InvocationRequest(body=body, content_type=content_type, accept=self.spec.accept)
+                for _, (body, content_type) in part]
         responses = self.predict.invoke_many(reqs, timeout_s=self.spec.invocations_timeout)
         with self._lock:
             self.hops += 1

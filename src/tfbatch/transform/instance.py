@@ -96,6 +96,34 @@ _FROZEN = 0  # open runners of this process that froze the heap
 _FREEZE_LOCK = threading.Lock()
 
 
+def join_kind(spec: TransformSpec, service, filtering: bool) -> str | None:
+    """How this job's SingleRecord lines may be joined into requests of many (records/payloads.py
+    ``join_single``), or None: they go one per request.
+
+    Only where nothing but the default handling sees a request (no script, no InputFilter,
+    OutputFilter or JoinSource), for CSV, JSON Lines and JSON lines, and a default signature
+    whose inputs are all numbers with a free batch dimension: there a joined request's rows
+    are the records' own rows, so each record gets the answer it gets alone.
+    """
+    from tfbatch.handlers.defaults import CSV_TYPES, JSON_TYPES, JSONLINES_TYPES, media_type
+    from tfbatch.records import normalize_split_type, normalize_strategy
+    from tfbatch.transform.predict import rows_per_call
+
+    if service.handlers is not None or filtering:
+        return None
+    if normalize_strategy(spec.batch_strategy) != "SingleRecord" or normalize_split_type(spec.split_type) != "Line":
+        return None
+    media = media_type(spec.content_type)
+    kind = "csv" if media in CSV_TYPES else "jsonl" if media in JSONLINES_TYPES else "json" if media in JSON_TYPES else None
+    if kind is None:
+        return None
+    servable = service.model_server.resolve(None)
+    sig = servable.signatures[servable.default_signature]
+    if any(info.dtype in ("string", "bool") for info in sig.inputs.values()) or rows_per_call(sig) is not None:
+        return None
+    return kind
+
+
 class InstanceRunner:
     def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None,
                  host_instances: int | None = None):
@@ -165,6 +193,7 @@ class InstanceRunner:
             accept=self.spec.accept,
         )
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
+        self.pipeline.join_kind = join_kind(self.spec, self.stack.service, self.pipeline.processor.active)
         _freeze_heap()
         self._froze = True
         return self
@@ -201,6 +230,7 @@ class InstanceRunner:
         set_job_options(kms_key_id=spec.kms_key_id)
         self.ledger = Ledger.for_spec(spec, instance=self.instance)
         self.pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
+        self.pipeline.join_kind = join_kind(spec, self.stack.service, self.pipeline.processor.active)
         return self
 
     def _start_pool(self, handlers, init: dict) -> None:

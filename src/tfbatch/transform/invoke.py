@@ -100,8 +100,9 @@ class Invoker:
         self.retries = 0
         self.isolations = 0
 
-    def submit(self, body: bytes) -> _Call:
-        request = InvocationRequest(body=body, content_type=self.content_type, accept=self.accept)
+    def submit(self, body: bytes, content_type: str | None = None) -> _Call:
+        """``body`` as a request of the job's content type, or of ``content_type`` when given."""
+        request = InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
         return self._submit(_Call(request, 0, False))
 
     def _submit(self, call: _Call) -> _Call:
@@ -145,6 +146,11 @@ class Invoker:
                 call = self._submit(_Call(call.request, call.attempt, True))
                 continue
             return response
+
+    def first(self, call: _Call) -> InvocationResponse:
+        """``call``'s own answer, with no retry or isolation (a joined payload that fails runs
+        record by record instead)."""
+        return self._wait(call)
 
     def _wait(self, call: _Call) -> InvocationResponse:
         assert call.future is not None

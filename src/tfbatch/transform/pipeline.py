@@ -30,6 +30,7 @@ from tfbatch.records import (
     error_line,
     form_payloads,
     iter_records,
+    join_single,
     open_input,
     split_multi_response,
 )
@@ -98,6 +99,14 @@ class ObjectPipeline:
             spec.input_filter, spec.output_filter, spec.join_source, spec.content_type, spec.accept
         )
         self.fail_object = spec.on_error == "fail-object"
+        # Set by the instance (InstanceRunner.open) when the job's SingleRecord lines may be
+        # sent many to a request (records/payloads.py join_single): "csv", "jsonl" or "json".
+        self.join_kind: str | None = None
+
+    def payloads(self, records: Iterable[Record], key: str) -> Iterator[Payload]:
+        """The object's request payloads, as BatchStrategy forms them (and join_single joins them)."""
+        payloads = form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=key)
+        return payloads if self.join_kind is None else join_single(payloads, self.join_kind)
 
     # ---- one object -------------------------------------------------------------------
 
@@ -109,8 +118,7 @@ class ObjectPipeline:
             if self.spec.split_type == "None":
                 records = _not_empty(records, ref.key)
             # Started one by one as the output stream pulls them: at most ``window`` in flight.
-            for payload in form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes,
-                                         source=ref.key):
+            for payload in self.payloads(records, ref.key):
                 yield self._start(payload)
 
         return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size), entries)
@@ -126,9 +134,10 @@ class ObjectPipeline:
             for payload, response, error in answered:
                 if response is None:
                     yield payload, None, error
-                elif response.ok:
+                elif response.ok or payload.joined:
                     # A 2xx answer is final: the Invoker's retries and isolation would return it
-                    # as it is, so it skips the Invoker's call and Future.
+                    # as it is, so it skips the Invoker's call and Future. A joined payload that
+                    # failed is not retried as a whole: each record runs alone (_finish).
                     yield payload, _Final(response), None
                 else:
                     yield payload, self.invoker.answered(response, payload.body), None
@@ -195,24 +204,29 @@ class ObjectPipeline:
             body = self.processor.filter_input(payload.body) if self.processor.active else payload.body
         except TfbatchError as exc:
             return payload, None, exc
-        return payload, self.invoker.submit(body), None
+        return payload, self.invoker.submit(body, payload.content_type), None
 
     def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
                 assembler: Assembler) -> None:
         records = payload.records
         if call is None:
             if len(records) > 1:
-                return self._one_by_one(records, state, assembler)
+                return self._one_by_one(records, state, assembler, joined=payload.joined)
             for record in records:
                 self._fail_record(state, assembler, record, error)
             return
-        response = call.response if type(call) is _Final else self.invoker.result(call)
+        if type(call) is _Final:
+            response = call.response
+        else:
+            response = self.invoker.first(call) if payload.joined else self.invoker.result(call)
         if not response.ok:
             if len(records) > 1:
-                return self._one_by_one(records, state, assembler)
+                return self._one_by_one(records, state, assembler, joined=payload.joined)
             self._fail_record(state, assembler, records[0], _response_error(response))
             return
         outputs = split_multi_response(payload, response.body)
+        if outputs is None and payload.joined:
+            return self._one_by_one(records, state, assembler, joined=True)
         if outputs is None:
             # The response cannot be cut per record: it answers the payload as a whole.
             try:
@@ -229,9 +243,10 @@ class ObjectPipeline:
             except TfbatchError as exc:
                 self._fail_record(state, assembler, record, exc)
 
-    def _one_by_one(self, records: list[Record], state: _State, assembler: Assembler) -> None:
-        """A failed MultiRecord payload again, one record per request, so one bad record costs one."""
-        singles = [Payload([r], r.raw, r.error) for r in records]
+    def _one_by_one(self, records: list[Record], state: _State, assembler: Assembler, *, joined: bool = False) -> None:
+        """A failed MultiRecord payload again, one record per request, so one bad record costs
+        one; the records of a joined payload as SingleRecord sends them (framing stripped)."""
+        singles = [Payload([r], r.data if joined else r.raw, r.error) for r in records]
         started = [self._start(p) for p in singles]
         for entry in started:
             self._finish(*entry, state, assembler)

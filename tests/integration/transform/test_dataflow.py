@@ -50,8 +50,10 @@ def test_split_records_from_many_objects_share_hops_and_match_the_in_process_pat
     alone = run_transform(output=str(tmp_path / "alone"), handler_workers=0, **common)
     assert pooled.ok and alone.ok and pooled.records == alone.records == 54
     (stats,) = pooled.batches.values()
-    # 54 records of 6 objects in hops of 16 requests: the model saw records of several objects at once.
-    assert stats["lane"] == "dataflow" and stats["predict"] == "handler-pool" and stats["rows"] == 54
+    # 54 records of 6 objects, each object's 9 lines one joined request (SingleRecord lines with
+    # no script, records/payloads.py join_single), in hops of 16 requests: the model saw
+    # records of several objects at once.
+    assert stats["lane"] == "dataflow" and stats["predict"] == "handler-pool" and stats["rows"] == 6
     assert stats["batches"] < 6 and stats["objects"] == 6 and stats["objects_run_alone"] == 0
     (in_process,) = alone.batches.values()
     assert in_process["predict"] == "in-process"

@@ -132,3 +132,65 @@ def test_split_rows_are_each_row_encoded_alone(rows):
     # What encoding each parsed row alone gives (a SingleRecord answer's bytes).
     expected = [jsonenc.dumps({"predictions": [row]}) for row in jsonenc.loads(response)["predictions"]]
     assert split_multi_response(payload, response) == expected
+
+
+# ---- join_single: SingleRecord lines many to a request ----------------------------------
+
+from tfbatch.records import join_single  # noqa: E402
+from tfbatch.records.payloads import joinable  # noqa: E402
+
+
+def _singles(lines: list[bytes]) -> list[Payload]:
+    return list(form_payloads([rec(i, line) for i, line in enumerate(lines)], "SingleRecord", None))
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "json"])
+def test_join_single_joins_runs_in_order_and_leaves_the_rest(kind):
+    good = b"[1,2.5]" if kind != "csv" else b"1,2.5"
+    bad = b'"1",2' if kind == "csv" else b"[true,1]"
+    lines = [good, good, bad, good, good, good]
+    payloads = _singles(lines)
+    payloads[5] = Payload(payloads[5].records, payloads[5].body, RecordError("damaged"))
+    out = list(join_single(payloads, kind))
+    assert [[r.index for r in p.records] for p in out] == [[0, 1], [2], [3, 4], [5]]
+    assert [p.joined for p in out] == [True, False, True, False]
+    assert out[0].body == good + b"\n" + good and out[1].body == bad
+    assert out[3].error is not None  # a damaged record is never joined
+    # A run of JSON arrays sent as application/json goes as a JSON Lines body.
+    assert out[0].content_type == ("application/jsonlines" if kind == "json" else None)
+    assert out[1].content_type is None
+
+
+def test_join_single_bounds_records_and_bytes():
+    out = list(join_single(_singles([b"1,2"] * 10), "csv", max_records=4))
+    assert [len(p.records) for p in out] == [4, 4, 2]
+    out = list(join_single(_singles([b"1,2"] * 10), "csv", max_records=100, max_bytes=8))
+    assert [len(p.records) for p in out] == [2, 2, 2, 2, 2]  # 3 bytes and a newline each
+    (alone,) = join_single(_singles([b"1,2"]), "csv")
+    assert not alone.joined and alone.body == b"1,2"
+    with pytest.raises(ValueError):
+        list(join_single(_singles([b"1"]), "tsv"))
+
+
+@pytest.mark.parametrize(("data", "kind", "expected"), [
+    (b"1.5,-2,3e4", "csv", True),
+    (b"0.12345678901234568,1", "csv", True),       # 17 digits after the point: a float
+    (b"12345678901234567,1.5", "csv", False),      # a 17-digit integer beside a float changes
+    (b"-1234567890123456", "csv", False),
+    (b"1234567890123456.5,1", "csv", True),
+    (b'"a,b",1', "csv", False),                     # a quote may run across lines
+    (b"1,2\r", "csv", False),
+    (b"", "csv", False),
+    (b"   ", "csv", True),                          # blank: shortens the joined answer -> alone after all
+    (b"[1, 2]", "jsonl", True),
+    (b'{"a": [1, 2]}', "jsonl", True),
+    (b"[true, 1]", "jsonl", False),                 # a boolean beside numbers becomes a number
+    (b"[1,\x0c2]", "jsonl", False),                 # str.splitlines() breaks there
+    ("[1,\u2028 2]".encode(), "jsonl", False),
+    (b"[12345678901234567]", "jsonl", False),
+    (b"  [1, 2]", "json", True),
+    (b'{"instances": [[1, 2]]}', "json", False),    # may carry many rows of its own
+    (b"1.5", "json", False),
+])
+def test_joinable(data, kind, expected):
+    assert joinable(data, kind) is expected
