@@ -5,6 +5,7 @@ One list of stages, each a method below, run batch at a time by a few dataflow t
     chunks of objects (bounded by count and bytes)   _chunks
  -> read the chunk's objects in parallel             _read      (I/O threads; local and S3)
  -> split into records, form payloads                _split     (None/Line/RecordIO/TFRecord, gzip, caps)
+                                                     (SingleRecord lines joined: ObjectPipeline.payloads)
  -> form requests                                    _requests  (input_filter)
  -> predict, across objects, many requests per hop   _predict   (a stage choice, see below)
  -> responses to records, assemble, write, commit    ObjectPipeline.complete (split_multi_response,
