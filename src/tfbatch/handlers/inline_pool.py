@@ -44,13 +44,20 @@ def imports_tensorflow(module: ModuleType) -> bool:
     return False
 
 
-def in_process_reason(module: ModuleType, cores: int) -> str | None:
+def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = False) -> str | None:
     """Why a script's hooks should run in this process by default (None: in worker processes).
 
     ``cores`` is this instance's share of the machine. ``--handler-workers N`` overrides this.
+    A single ``handler`` stays here on any number of cores: its model calls are answered in
+    this process (``local_rest``), while from a worker process each is an HTTP request that
+    this process serves anyway, which cost it more CPU than the whole job does here (2,000
+    JPEGs, 1 or 2 workers: 9.3-12.0 s of this process's CPU against 6.6-8.4 s in all;
+    benchmarks/transform/profile/handler.md), so more cores would not make workers faster.
     """
     if imports_tensorflow(module):
         return "the script imports TensorFlow"
+    if single_handler:
+        return "a single handler's model calls are answered in this process (worker processes would each call it over HTTP)"
     if cores < MIN_CORES_FOR_WORKERS:
         return f"{cores} core(s) for this instance, fewer than the {MIN_CORES_FOR_WORKERS} worker processes pay off on"
     return None

@@ -244,7 +244,8 @@ class InstanceRunner:
             # A worker process re-imports what the script imports (TensorFlow: seconds of CPU
             # each) and costs two pickled hops per record; on few cores that is more than it
             # gives back (handlers/inline_pool.py). --handler-workers N still asks for workers.
-            reason = in_process_reason(load_module(handlers.script), self.handler_workers())
+            reason = in_process_reason(load_module(handlers.script), self.handler_workers(),
+                                       single_handler=handlers.mode == "handler")
             if reason is not None:
                 log.info("the script's hooks run in this process, a hop at a time: %s", reason)
                 self.pool = InlinePool(init, reason)

@@ -35,6 +35,8 @@ def test_on_few_cores_any_script_keeps_its_hooks_in_process():
     assert in_process_reason(plain, MIN_CORES_FOR_WORKERS) is None
     assert "core" in in_process_reason(plain, MIN_CORES_FOR_WORKERS - 1)
     assert "TensorFlow" in in_process_reason(_module(tf=types.ModuleType("tensorflow")), 64)
+    # A single handler's model calls are answered in this process: on any number of cores.
+    assert "single handler" in in_process_reason(plain, 64, single_handler=True)
 
 
 def test_hook_threads_are_reused_between_hops():
