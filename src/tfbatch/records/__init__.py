@@ -20,6 +20,7 @@ from tfbatch.records.join import DataProcessor, content_kind, normalize_join_sou
 from tfbatch.records.jsonpath import JsonPath, compile_path
 from tfbatch.records.payloads import (
     JOIN_KINDS,
+    JOIN_MAX_BYTES,
     Payload,
     form_payloads,
     join_single,
@@ -29,6 +30,7 @@ from tfbatch.records.payloads import (
 
 __all__ = [
     "JOIN_KINDS",
+    "JOIN_MAX_BYTES",
     "RECORDIO_MAGIC",
     "Assembler",
     "DataProcessor",

@@ -123,23 +123,25 @@ JSONLINES = "application/jsonlines"
 # An integer of 16 or more digits (2**53 has 16) may change when a row of floats joins it in
 # one array: such records are sent alone.
 _LONG_INTEGER = re.compile(rb"(?<![0-9.])[0-9]{16,}(?![0-9.eE])")
+_BLANK = b" \t\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes in ASCII, but line breaks
 # Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and as UTF-8.
 _LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e",
                 "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 
 
 def joinable(data: bytes, kind: str) -> bool:
-    """Whether ``data``, one SingleRecord line, reads as exactly one row (or none: an empty
+    """Whether ``data``, one SingleRecord line, reads as exactly one row (or none: a blank
     row shortens the joined answer, so the records run alone) in a request of many lines,
     and as the same values there as alone, for a signature whose inputs are all numbers.
+    Lines seen to be blank are not joined, so that they do not cost their run a rerun.
 
     ``csv``: no quotes (a quote can run across lines) and no ``\r``; ``jsonl``: no line break
     the JSON Lines reader would split at; ``json``: that, and a JSON array (a JSON object may
     carry its own ``instances``). Neither may hold ``true``/``false`` (booleans become numbers
     beside numbers) or a 16-digit integer.
     """
-    if not data or _LONG_INTEGER.search(data):
-        return False
+    if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _LONG_INTEGER.search(data):
+        return False  # a blank line would shorten the joined answer: it would only cost a rerun
     if kind == "csv":
         return b'"' not in data and b"\r" not in data
     if kind == "json" and not data.lstrip(b" \t").startswith(b"["):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from tfbatch.errors import InvalidInput, TfbatchError
 from tfbatch.records import (
+    JOIN_MAX_BYTES,
     Assembler,
     DataProcessor,
     Payload,
@@ -106,7 +107,10 @@ class ObjectPipeline:
     def payloads(self, records: Iterable[Record], key: str) -> Iterator[Payload]:
         """The object's request payloads, as BatchStrategy forms them (and join_single joins them)."""
         payloads = form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=key)
-        return payloads if self.join_kind is None else join_single(payloads, self.join_kind)
+        if self.join_kind is None:
+            return payloads
+        limit = self.spec.max_payload_bytes or 0  # a joined request stays within MaxPayloadInMB too
+        return join_single(payloads, self.join_kind, max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES)
 
     # ---- one object -------------------------------------------------------------------
 

@@ -181,7 +181,9 @@ def test_join_single_bounds_records_and_bytes():
     (b'"a,b",1', "csv", False),                     # a quote may run across lines
     (b"1,2\r", "csv", False),
     (b"", "csv", False),
-    (b"   ", "csv", True),                          # blank: shortens the joined answer -> alone after all
+    (b"   ", "csv", False),                         # blank: would shorten the joined answer
+    (b" , ,", "csv", False),
+    (b"\t", "jsonl", False),
     (b"[1, 2]", "jsonl", True),
     (b'{"a": [1, 2]}', "jsonl", True),
     (b"[true, 1]", "jsonl", False),                 # a boolean beside numbers becomes a number
