@@ -105,6 +105,47 @@ class Invoker:
         request = InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
         return self._submit(_Call(request, 0, False))
 
+    @property
+    def hops(self) -> bool:
+        """Whether ``prepare``/``submit_hop`` can send many requests in one call (the handler
+        pool's ``invoke_many``); else each goes alone through ``submit``."""
+        return hasattr(self.service, "invoke_many")
+
+    def prepare(self, body: bytes, content_type: str | None = None) -> _Call:
+        """A call for ``submit_hop`` to send later; ``result`` waits for it as for any other."""
+        call = _Call(InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept),
+                     0, False)
+        call.future = Future()
+        return call
+
+    def submit_hop(self, calls: list[_Call]) -> None:
+        """Prepared calls as one ``invoke_many`` on one invocation thread: one pool hop and one
+        model call for all of them. Each answer lands in its own call, where ``result``
+        applies the usual retries (each alone) and isolation."""
+        if not calls:
+            return
+        self._slots.acquire()
+
+        def run() -> None:
+            started = time.monotonic()
+            for call in calls:
+                call.started = started
+            try:
+                responses = self.service.invoke_many([call.request for call in calls], timeout_s=self.timeout_s)
+            except BaseException as exc:  # noqa: BLE001 - invoke_many answers; this is a guard
+                for call in calls:
+                    call.future.set_exception(exc)
+                return
+            for call, response in zip(calls, responses):
+                call.future.set_result(response)
+
+        try:
+            done = self.pool.submit(run)
+        except BaseException:
+            self._slots.release()
+            raise
+        done.add_done_callback(lambda _f: self._slots.release())
+
     def _submit(self, call: _Call) -> _Call:
         self._slots.acquire()
         service = self.isolation.get() if call.isolated else self.service

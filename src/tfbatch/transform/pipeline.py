@@ -54,7 +54,8 @@ class _Final:
 # A payload, its invocation (None: it never reached the model) and the error that kept it from it.
 _Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 
-MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
+MAX_FAILURES_KEPT = 1000
+HOP_BYTES = 8 * 1024 * 1024  # request bytes per hop of a streamed object (as the dataflow's)  # per object; the rest are counted, so a file of bad lines cannot fill memory
 
 
 def output_uri(spec: TransformSpec, key: str) -> str:
@@ -121,9 +122,26 @@ class ObjectPipeline:
             records = iter_records(stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit)
             if self.spec.split_type == "None":
                 records = _not_empty(records, ref.key)
-            # Started one by one as the output stream pulls them: at most ``window`` in flight.
+            # Started as the output stream pulls them: at most ``window`` in flight. With the
+            # handler pool, in hops of several requests (as the dataflow sends them), each hop
+            # sent once full: ``_stream`` waits only for payloads ``window`` behind the newest,
+            # whose hop is full by then (a hop holds at most a third of the window).
+            if not self.invoker.hops:
+                for payload in self.payloads(records, ref.key):
+                    yield self._start(payload)
+                return
+            hop: list = []
+            size = 0
+            limit = max(1, self.window // 3)
             for payload in self.payloads(records, ref.key):
-                yield self._start(payload)
+                entry = self._start(payload, hop)
+                if entry[1] is not None:
+                    size += len(entry[1].request.body)
+                    if len(hop) >= limit or size >= HOP_BYTES:
+                        self.invoker.submit_hop(hop)
+                        hop, size = [], 0
+                yield entry
+            self.invoker.submit_hop(hop)
 
         return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size), entries)
 
@@ -201,14 +219,19 @@ class ObjectPipeline:
         if state.failed and assembler.outputs == 0:
             raise _AbortObject()  # every record failed: no output object, as in SageMaker
 
-    def _start(self, payload: Payload) -> _Entry:
+    def _start(self, payload: Payload, hop: list | None = None) -> _Entry:
+        """The payload's call, submitted now, or prepared and added to ``hop`` (sent by the caller)."""
         if payload.error is not None:
             return payload, None, payload.error
         try:
             body = self.processor.filter_input(payload.body) if self.processor.active else payload.body
         except TfbatchError as exc:
             return payload, None, exc
-        return payload, self.invoker.submit(body, payload.content_type), None
+        if hop is None:
+            return payload, self.invoker.submit(body, payload.content_type), None
+        call = self.invoker.prepare(body, payload.content_type)
+        hop.append(call)
+        return payload, call, None
 
     def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
                 assembler: Assembler) -> None:

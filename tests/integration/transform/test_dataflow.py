@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tfbatch import run_transform
 from tfbatch.testing.models import linear_expected
@@ -103,6 +104,55 @@ def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_p
     got = [json.loads(x)["predictions"][0] for x in (tmp_path / "out" / "big.jsonl.out").read_text().splitlines()]
     np.testing.assert_allclose(got, linear_expected(np.array([[2, i, 1.0] for i in range(400)], np.float32)),
                                rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def batch_size_model(tmp_path_factory) -> Path:
+    """serving_default: ``x`` float32 [None, 3] -> ``rows``: each row the size of its model call."""
+    import tensorflow as tf
+
+    class Rows(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def serve(self, x):
+            return {"rows": tf.fill([tf.shape(x)[0], 1], tf.shape(x)[0])}
+
+    root = tmp_path_factory.mktemp("rows")
+    module = Rows()
+    tf.saved_model.save(module, str(root / "1"), signatures={"serving_default": module.serve})
+    return root
+
+
+def test_a_streamed_object_goes_to_the_model_in_hops(tmp_path, batch_size_model, with_script, monkeypatch):
+    """An object too large for the flow streams through the pipeline, its requests sent to the
+    handler pool in hops (``Invoker.submit_hop``), and answers what the flow answers, errors
+    included, each record's script call made once."""
+    lines = [f"line-{i}" if i != 37 else "bad37" for i in range(120)]
+    inp = tmp_path / "in"
+    inp.mkdir()
+    (inp / "big.txt").write_text("\n".join(lines) + "\n")
+    archive = with_script(tmp_path, batch_size_model, COUNTING)
+    reports, sizes = {}, {}
+    for how in ("flow", "streamed"):
+        calls = tmp_path / f"calls-{how}"
+        calls.mkdir()
+        if how == "streamed":
+            monkeypatch.setattr(dataflow, "MAX_OBJECT_BYTES", 100)  # the job runs in this process
+        reports[how] = run_transform(model=str(archive), input=str(inp), output=str(tmp_path / how), split_type="Line",
+                                     content_type="text/plain", assemble_with="Line", env={"CALLS_DIR": str(calls)},
+                                     handler_workers=1)
+        out = [json.loads(line) for line in (tmp_path / how / "big.txt.out").read_text().splitlines()]
+        assert len(out) == 120 and "bad record bad37" in out[37]["error"], how
+        sizes[how] = [row["predictions"][0][0] for n, row in enumerate(out) if n != 37]
+        counts = {p.name: int(p.read_text()) for p in calls.iterdir()}
+        assert all(counts[line] == 1 for line in lines if line != "bad37"), how
+        assert reports[how].failed_records == 1
+    (stats,) = reports["streamed"].batches.values()
+    assert stats["objects_run_alone"] == 1
+    # Model calls of several requests each (one request a call before).
+    # Several requests per model call (in hops of a third of the window of 32 now; before, by
+    # the model server's batcher joining single calls, which the big-file benchmark shows
+    # cost 2.5x the time: benchmarks/transform/profile/streamed-hops.md).
+    assert sum(size > 1 for size in sizes["streamed"]) > 100, sizes["streamed"]
 
 
 def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answers(tmp_path):
