@@ -117,8 +117,11 @@ def join_kind(spec: TransformSpec, service, filtering: bool) -> str | None:
     kind = "csv" if media in CSV_TYPES else "jsonl" if media in JSONLINES_TYPES else "json" if media in JSON_TYPES else None
     if kind is None:
         return None
-    servable = service.model_server.resolve(None)
-    sig = servable.signatures[servable.default_signature]
+    try:
+        servable = service.model_server.resolve(None)
+        sig = servable.signatures[servable.default_signature]
+    except Exception:  # noqa: BLE001 - no default model or signature: every request names its own
+        return None
     if any(info.dtype in ("string", "bool") for info in sig.inputs.values()) or rows_per_call(sig) is not None:
         return None
     return kind

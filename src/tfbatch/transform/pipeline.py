@@ -54,8 +54,8 @@ class _Final:
 # A payload, its invocation (None: it never reached the model) and the error that kept it from it.
 _Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 
-MAX_FAILURES_KEPT = 1000
-HOP_BYTES = 8 * 1024 * 1024  # request bytes per hop of a streamed object (as the dataflow's)  # per object; the rest are counted, so a file of bad lines cannot fill memory
+MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
+HOP_BYTES = 8 * 1024 * 1024  # request bytes per hop of a streamed object (as the dataflow's)
 
 
 def output_uri(spec: TransformSpec, key: str) -> str:
