@@ -108,13 +108,14 @@ def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_p
 
 @pytest.fixture(scope="module")
 def batch_size_model(tmp_path_factory) -> Path:
-    """serving_default: ``x`` float32 [None, 3] -> ``rows``: each row the size of its model call."""
+    """serving_default: ``x`` float32 [None, 3] -> ``echo`` (its first column) and ``rows`` (each
+    row the size of its model call)."""
     import tensorflow as tf
 
     class Rows(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
         def serve(self, x):
-            return {"rows": tf.fill([tf.shape(x)[0], 1], tf.shape(x)[0])}
+            return {"echo": x[:, :1], "rows": tf.fill([tf.shape(x)[0], 1], tf.shape(x)[0])}
 
     root = tmp_path_factory.mktemp("rows")
     module = Rows()
@@ -130,7 +131,9 @@ def test_a_streamed_object_goes_to_the_model_in_hops(tmp_path, batch_size_model,
     inp = tmp_path / "in"
     inp.mkdir()
     (inp / "big.txt").write_text("\n".join(lines) + "\n")
-    archive = with_script(tmp_path, batch_size_model, COUNTING)
+    # COUNTING, sending each line's number, which the model echoes: the answers' order shows.
+    archive = with_script(tmp_path, batch_size_model,
+                          COUNTING.replace("[[len(body), 1.0, 2.0]]", "[[float(body.strip().split('-')[1]), 1.0, 2.0]]"))
     reports, sizes = {}, {}
     for how in ("flow", "streamed"):
         calls = tmp_path / f"calls-{how}"
@@ -142,13 +145,14 @@ def test_a_streamed_object_goes_to_the_model_in_hops(tmp_path, batch_size_model,
                                      handler_workers=1)
         out = [json.loads(line) for line in (tmp_path / how / "big.txt.out").read_text().splitlines()]
         assert len(out) == 120 and "bad record bad37" in out[37]["error"], how
-        sizes[how] = [row["predictions"][0][0] for n, row in enumerate(out) if n != 37]
+        assert [row["predictions"][0]["echo"] for n, row in enumerate(out) if n != 37] == \
+            [[float(n)] for n in range(120) if n != 37], how
+        sizes[how] = [row["predictions"][0]["rows"][0] for n, row in enumerate(out) if n != 37]
         counts = {p.name: int(p.read_text()) for p in calls.iterdir()}
         assert all(counts[line] == 1 for line in lines if line != "bad37"), how
         assert reports[how].failed_records == 1
     (stats,) = reports["streamed"].batches.values()
     assert stats["objects_run_alone"] == 1
-    # Model calls of several requests each (one request a call before).
     # Several requests per model call (in hops of a third of the window of 32 now; before, by
     # the model server's batcher joining single calls, which the big-file benchmark shows
     # cost 2.5x the time: benchmarks/transform/profile/streamed-hops.md).
