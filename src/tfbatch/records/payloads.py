@@ -123,6 +123,7 @@ JSONLINES = "application/jsonlines"
 # An integer of 16 or more digits (2**53 has 16) may change when a row of floats joins it in
 # one array: such records are sent alone.
 _LONG_INTEGER = re.compile(rb"(?<![0-9.])[0-9]{16,}(?![0-9.eE])")
+_REQUEST_KEYS = (b'"instances"', b'"inputs"', b'"examples"')
 _BLANK = b" \t\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes in ASCII, but line breaks
 # Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and as UTF-8.
 _LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e",
@@ -136,19 +137,28 @@ def joinable(data: bytes, kind: str) -> bool:
     Lines seen to be blank are not joined, so that they do not cost their run a rerun.
 
     ``csv``: no quotes (a quote can run across lines) and no ``\r``; ``jsonl``: no line break
-    the JSON Lines reader would split at; ``json``: that, and a JSON array (a JSON object may
-    carry its own ``instances``). Neither may hold ``true``/``false`` (booleans become numbers
+    the JSON Lines reader would split at; ``json``: that, and a JSON array or an object without
+    ``instances``/``inputs``/``examples`` (which would make it a request of its own). Neither may hold ``true``/``false`` (booleans become numbers
     beside numbers) or a 16-digit integer.
     """
     if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _LONG_INTEGER.search(data):
         return False  # a blank line would shorten the joined answer: it would only cost a rerun
     if kind == "csv":
         return b'"' not in data and b"\r" not in data
-    if kind == "json" and not data.lstrip(b" \t").startswith(b"["):
+    if kind == "json" and not _one_json_instance(data):
         return False
     if b"true" in data or b"false" in data:
         return False
     return not any(mark in data for mark in _LINE_BREAKS)
+
+
+def _one_json_instance(data: bytes) -> bool:
+    """An ``application/json`` line the default handling wraps as one instance: an array, or an
+    object with none of the keys that make it a request of its own (an escape could spell one)."""
+    head = data.lstrip(b" \t")[:1]
+    if head == b"[":
+        return True
+    return head == b"{" and b"\\" not in data and not any(key in data for key in _REQUEST_KEYS)
 
 
 def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JOIN_MAX_RECORDS,

@@ -23,6 +23,10 @@ JSON_GOOD = [b"[%d, %d.5, -%d]" % (n, n, n) for n in range(140)]
 JSON_ODD = [b"[1, 2, 3]", b"[4,-0,6]", b"[true, 0.5, 1]", b"[1, \"abc\", 3]", b"[1, 2", b"  [0.25, 1e2, 7]",
             b"[12345678901234567, 0.5, 1]", b"[NaN, 1, 2]", b"[1, 2]", b"[10,11,12]"]
 JSONL_ODD = JSON_ODD + [b'{"x": [1, 2, 3]}', b'"text"', BLANKISH]
+# application/json objects: named inputs (one instance each, joined), a request of its own, and
+# one spelling "instances" with an escape (both sent alone).
+JSON_ODD_OBJECTS = JSON_ODD + [b'{"x": [4, 5, 6]}', b'{"x": [1, 2, 3], "y": 1}',
+                               b'{"instances": [[1, 2, 3], [4, 5, 6]]}', b'{"\\u0069nstances": [[7, 8, 9]]}']
 
 
 def _lines(odd: list[bytes], good: list[bytes]) -> list[bytes]:
@@ -41,7 +45,7 @@ def _errors(out: Path) -> list[dict]:
 @pytest.mark.parametrize(("content_type", "odd", "good"), [
     ("text/csv", CSV_ODD, GOOD),
     ("application/jsonlines", JSONL_ODD, JSON_GOOD),
-    ("application/json", JSON_ODD, JSON_GOOD),
+    ("application/json", JSON_ODD_OBJECTS, JSON_GOOD),
 ])
 def test_joined_lines_answer_as_each_line_alone(tmp_path, linear_model, content_type, odd, good):
     lines = _lines(odd, good)

@@ -192,6 +192,9 @@ def test_join_single_bounds_records_and_bytes():
     (b"[12345678901234567]", "jsonl", False),
     (b"  [1, 2]", "json", True),
     (b'{"instances": [[1, 2]]}', "json", False),    # may carry many rows of its own
+    (b'{"x": [1, 2]}', "json", True),               # named inputs: one instance
+    (b'{"x": [1, 2], "inputs": 1}', "json", False),
+    (b'{"\\u0069nstances": [[1, 2]]}', "json", False),  # "instances", escaped
     (b"1.5", "json", False),
 ])
 def test_joinable(data, kind, expected):
