@@ -26,6 +26,7 @@ import orjson
 from tfbatch.errors import InvalidInput, UnsupportedMediaType
 from tfbatch.records.imagedecode import ImageTarget, decoder_for
 from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_image
+from tfbatch.records.payloads import ASCII_LINE_BREAKS, UTF8_LINE_BREAKS
 from tfbatch.runtime import jsonenc
 
 JSON_TYPES = ("application/json",)
@@ -69,9 +70,7 @@ def _csv_value(text: str) -> Any:
 
 # Bytes that break a line for str.splitlines() (the general JSON Lines path) besides "\n":
 # bodies holding any are left to it ("\r\n" is turned into "\n" first). The multi-byte ones
-# (U+0085, U+2028, U+2029 in UTF-8) can only be in a body that is not ASCII.
-_ASCII_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
-_UTF8_LINE_BREAKS = ("\x85".encode(), "\u2028".encode(), "\u2029".encode())
+# can only be in a body that is not ASCII.
 # What a plain numeric CSV body is made of: no quotes, spaces, letters (nan, inf), or "_".
 _CSV_NUMERIC = b"0123456789.eE+-,\n\r"
 _EXACT_INTEGERS = 2.0 ** 53  # below this, every integer is exactly a float64
@@ -86,9 +85,9 @@ def _json_lines_bulk(body: bytes) -> list | None:
     """
     if b"\r\n" in body:
         body = body.replace(b"\r\n", b"\n")
-    if any(mark in body for mark in _ASCII_LINE_BREAKS) or jsonenc.has_long_digits(body):
+    if any(mark in body for mark in ASCII_LINE_BREAKS) or jsonenc.has_long_digits(body):
         return None
-    if not body.isascii() and any(mark in body for mark in _UTF8_LINE_BREAKS):
+    if not body.isascii() and any(mark in body for mark in UTF8_LINE_BREAKS):
         return None
     lines = body.split(b"\n")
     if not all(lines):

@@ -125,9 +125,11 @@ JSONLINES = "application/jsonlines"
 _LONG_INTEGER = re.compile(rb"(?<![0-9.])[0-9]{16,}(?![0-9.eE])")
 _REQUEST_KEYS = (b'"instances"', b'"inputs"', b'"examples"')
 _BLANK = b" \t\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes in ASCII, but line breaks
-# Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and as UTF-8.
-_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e",
-                "\x85".encode(), "\u2028".encode(), "\u2029".encode())
+# Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and, only
+# in text that is not ASCII, as UTF-8 (handlers/defaults.py reads JSON Lines by the same list).
+ASCII_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+UTF8_LINE_BREAKS = ("\x85".encode(), "\u2028".encode(), "\u2029".encode())
+_LINE_BREAKS = ASCII_LINE_BREAKS + UTF8_LINE_BREAKS
 
 
 def joinable(data: bytes, kind: str) -> bool:

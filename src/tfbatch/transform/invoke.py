@@ -100,10 +100,12 @@ class Invoker:
         self.retries = 0
         self.isolations = 0
 
-    def submit(self, body: bytes, content_type: str | None = None) -> _Call:
+    def _request(self, body: bytes, content_type: str | None = None) -> InvocationRequest:
         """``body`` as a request of the job's content type, or of ``content_type`` when given."""
-        request = InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
-        return self._submit(_Call(request, 0, False))
+        return InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
+
+    def submit(self, body: bytes, content_type: str | None = None) -> _Call:
+        return self._submit(_Call(self._request(body, content_type), 0, False))
 
     @property
     def hops(self) -> bool:
@@ -113,8 +115,7 @@ class Invoker:
 
     def prepare(self, body: bytes, content_type: str | None = None) -> _Call:
         """A call for ``submit_hop`` to send later; ``result`` waits for it as for any other."""
-        call = _Call(InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept),
-                     0, False)
+        call = _Call(self._request(body, content_type), 0, False)
         call.future = Future()
         return call
 
@@ -160,7 +161,7 @@ class Invoker:
     def answered(self, response: InvocationResponse, body: bytes) -> _Call:
         """A call whose first attempt already ran elsewhere (the dataflow's hop): ``result``
         applies the same retries and isolation to it as to one submitted here."""
-        call = _Call(InvocationRequest(body=body, content_type=self.content_type, accept=self.accept), 0, False)
+        call = _Call(self._request(body), 0, False)
         call.future = Future()
         call.future.set_result(response)
         call.started = time.monotonic()

@@ -126,22 +126,18 @@ class ObjectPipeline:
             # handler pool, in hops of several requests (as the dataflow sends them), each hop
             # sent once full: ``_stream`` waits only for payloads ``window`` behind the newest,
             # whose hop is full by then (a hop holds at most a third of the window).
-            if not self.invoker.hops:
-                for payload in self.payloads(records, ref.key):
-                    yield self._start(payload)
-                return
-            hop: list = []
-            size = 0
-            limit = max(1, self.window // 3)
+            hop: list | None = [] if self.invoker.hops else None  # None: each payload submitted alone
+            size, limit = 0, max(1, self.window // 3)
             for payload in self.payloads(records, ref.key):
                 entry = self._start(payload, hop)
-                if entry[1] is not None:
+                if hop is not None and entry[1] is not None:
                     size += len(entry[1].request.body)
                     if len(hop) >= limit or size >= HOP_BYTES:
                         self.invoker.submit_hop(hop)
                         hop, size = [], 0
                 yield entry
-            self.invoker.submit_hop(hop)
+            if hop:
+                self.invoker.submit_hop(hop)
 
         return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size), entries)
 
