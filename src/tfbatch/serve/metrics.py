@@ -166,6 +166,20 @@ class MetricsMiddleware:
                 request_id = value.decode("ascii")
         request_id = request_id or uuid.uuid4().hex
         sent = 0
+        counted = False
+
+        def count() -> None:
+            # Once per request: just before its last body message goes out (a client that has the
+            # whole answer, then scrapes /metrics, finds its request counted), or when the app
+            # ends without one (a failure, a disconnect).
+            nonlocal counted
+            if counted:
+                return
+            counted = True
+            self.metrics.in_flight.dec()
+            seconds = time.perf_counter() - start
+            self.metrics.observe(route_label(scope["path"]), scope["method"], status, seconds, body_bytes)
+            log_access(request_id, method_label(scope["method"]), scope["path"][:512], status, sent, seconds)
 
         async def send_wrapper(message):
             nonlocal status, sent
@@ -174,14 +188,12 @@ class MetricsMiddleware:
                 message = dict(message, headers=[*message.get("headers", ()), (b"x-request-id", request_id.encode())])
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    count()
             await send(message)
 
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_wrapper)
         finally:
-            self.metrics.in_flight.dec()
-            seconds = time.perf_counter() - start
-            route = route_label(scope["path"])
-            self.metrics.observe(route, scope["method"], status, seconds, body_bytes)
-            log_access(request_id, method_label(scope["method"]), scope["path"][:512], status, sent, seconds)
+            count()

@@ -1,6 +1,9 @@
-"""The job-shape harness end to end on two small shapes: real processes for every contender
+"""The job-shape harness end to end on a small shape: real processes for every contender
 (the tfbatch CLI, the tf.data script, the TFS-style server and its agent), outputs read back
-and compared row by row, the half-job steady figures of a few-object shape, the table."""
+and compared row by row, the half-job steady figures of a few-object shape, the table.
+
+One shape (CSV lines: 10 objects, so a half job too) keeps this to six job runs;
+image jobs run through all three kinds of contender in test_transform_bench.py (the first harness)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ pytestmark = pytest.mark.timeout(600)
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("shapes")
     out = root / "shapes.json"
-    code = shapes.main(["--shapes", "jpeg-script,csv", "--scale", "0.004", "--table-scale", "0.02",
+    code = shapes.main(["--shapes", "csv", "--scale", "0.004", "--table-scale", "0.02",
                         "--workdir", str(root / "work"), "--out", str(out), "--timeout", "300"])
     return code, json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
@@ -25,7 +28,7 @@ def results(tmp_path_factory):
 def test_every_contender_agrees_with_the_tfdata_script(results):
     code, data, _ = results
     assert code == 0
-    for name in ("jpeg-script", "csv"):
+    for name in ("csv",):
         runs = {r["contender"]: r for r in data["shapes"][name]["runs"]}
         assert sorted(runs) == ["a", "b", "c"]
         for c, run in runs.items():
@@ -40,12 +43,10 @@ def test_few_object_shapes_measure_a_half_job_too(results):
     csv_a = next(r for r in data["shapes"]["csv"]["runs"] if r["contender"] == "a")
     assert csv_a["steady_method"] == "whole job minus half job"
     assert csv_a["half"]["objects"] == 10 and csv_a["half"]["ok"]
-    jpeg_a = next(r for r in data["shapes"]["jpeg-script"]["runs"] if r["contender"] == "a")
-    assert jpeg_a["steady_method"] == "whole job minus half job"  # 20 images: fewer than 100 objects too
 
 
 def test_the_table_has_a_row_per_shape_with_both_ratios(results):
     _, _, md = results
-    rows = [line for line in md.splitlines() if line.startswith("| jpeg-script") or line.startswith("| csv")]
-    assert len(rows) == 2
+    rows = [line for line in md.splitlines() if line.startswith("| csv")]
+    assert len(rows) == 1
     assert all(line.count("×") == 8 and "yes, yes" in line for line in rows)
