@@ -232,6 +232,9 @@ SHAPES = [
           lambda w, s: table(w, s, framing="csv")),
     Shape("jsonl", "JSON Lines, Line, MultiRecord 1 MB, float-input model, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl")),
+    Shape("json-lines", "one JSON array per line sent as application/json, Line, MultiRecord 1 MB, float-input "
+          "model, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl", content_type="application/json")),
     Shape("csv-single", "CSV, Line, SingleRecord (the default strategy: one line per request), float-input "
           "model, no script (20 files)", lambda w, s: table(w, s, framing="csv", strategy="SingleRecord")),
     Shape("jsonl-single", "JSON Lines, Line, SingleRecord, float-input model, no script (20 files)",

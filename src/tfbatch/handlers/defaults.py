@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,12 @@ CSV_TYPES = ("text/csv",)
 IMAGE_TYPES = ("application/x-image", "image/png", "image/jpeg", "image/jpg", "image/gif", "image/bmp", "image/webp")
 
 _PASS_THROUGH_KEYS = ("instances", "inputs", "examples")
+# How the container tells JSON Lines sent as application/json (what a MultiRecord job's payload
+# of JSON lines is): an object or array, only whitespace, then another; unless the body names
+# one of the TFS request keys, which goes to TF Serving as it is (tensorflowServing.js,
+# is_tfs_json before is_json_lines). Such a body is one instance per line, as JSON Lines.
+_TFS_KEYS_MARK = re.compile(rb'"(instances|inputs|examples)"\s*:')
+_JSON_LINES_MARK = re.compile(rb"[}\]]\s*[\[{]")
 
 
 def media_type(content_type: str | None) -> str:
@@ -166,6 +173,24 @@ def _as_request(value: Any) -> dict:
     return {"instances": [value]}
 
 
+def _json_lines(body: bytes, what: str) -> list:
+    """One value per non-blank line of a UTF-8 ``body``; a bad line is named by its number."""
+    bulk = _json_lines_bulk(body)
+    if bulk is not None:
+        return bulk
+    instances = []
+    for n, line in enumerate(_decode_text(body, what).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            instances.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{what} body line {n} is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise InvalidInput(f"{what} body line {n} nests arrays/objects too deeply") from None
+    return instances
+
+
 def json_request(body: bytes, content_type: str | None) -> dict:
     """Turn a JSON / JSON Lines / CSV body into a TFS REST request body."""
     mt = media_type(content_type)
@@ -178,26 +203,15 @@ def json_request(body: bytes, content_type: str | None) -> dict:
         try:
             value = json.loads(_decode_text(body, "application/json"))
         except json.JSONDecodeError as exc:
+            if _JSON_LINES_MARK.search(body) and not _TFS_KEYS_MARK.search(body):
+                return {"instances": _json_lines(body, "application/json")}
             raise InvalidInput(f"application/json body is not valid JSON: {exc}") from exc
         except RecursionError:  # a hostile body of nested brackets: the client's fault, not a 500
             raise InvalidInput("application/json body nests arrays/objects too deeply") from None
         return _as_request(value)
     if mt in JSONLINES_TYPES:
         _decode_text(body, mt)  # the same UTF-8 check and error first
-        bulk = _json_lines_bulk(body)
-        if bulk is not None:
-            return {"instances": bulk}
-        instances = []
-        for n, line in enumerate(_decode_text(body, mt).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                instances.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{mt} body line {n} is not valid JSON: {exc}") from exc
-            except RecursionError:
-                raise InvalidInput(f"{mt} body line {n} nests arrays/objects too deeply") from None
-        return {"instances": instances}
+        return {"instances": _json_lines(body, mt)}
     if mt in CSV_TYPES:
         rows = csv.reader(io.StringIO(_decode_text(body, "text/csv")))
         instances = [[_csv_value(cell.strip()) for cell in row] for row in rows if any(c.strip() for c in row)]

@@ -26,6 +26,25 @@ def test_json_lines_become_instances():
     assert json_request(body, "application/jsonlines") == {"instances": [[1, 2], {"x": 3}]}
 
 
+@pytest.mark.parametrize("body, rows", [(b'[1, 2]\n{"x": 3}\n', 2), (b'{"a": 1}\r\n\r\n{"a": 2}', 2),
+                                        (b'[1]\n[2]\n[3]', 3)])
+def test_json_lines_sent_as_application_json_become_instances(body, rows):
+    # What a MultiRecord job's payload of JSON lines is; the container reads it as JSON Lines.
+    assert json_request(body, "application/json") == json_request(body, "application/jsonlines")
+    assert len(json_request(body, "application/json")["instances"]) == rows
+
+
+def test_application_json_lines_errors_name_the_line_and_tfs_bodies_are_not_split():
+    with pytest.raises(InvalidInput, match="application/json body line 2 is not valid JSON"):
+        json_request(b'[1]\n[2, \n', "application/json")
+    # A body naming "instances" goes to the model as it is (the container's order): one document or an error.
+    with pytest.raises(InvalidInput, match="application/json body is not valid JSON"):
+        json_request(b'{"instances": [1]}\n{"instances": [2]}', "application/json")
+    # Scalars on lines are not JSON Lines to the container either.
+    with pytest.raises(InvalidInput, match="application/json body is not valid JSON"):
+        json_request(b"1\n2\n", "application/json")
+
+
 def test_csv_rows_become_numeric_instances():
     body = b"1,2.5,abc\n\n4,5,6\n"
     assert json_request(body, "text/csv") == {"instances": [[1, 2.5, "abc"], [4, 5, 6]]}
