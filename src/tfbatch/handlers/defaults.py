@@ -170,6 +170,12 @@ def _integer_zeros(text: str, array: np.ndarray, negative_zero: np.ndarray) -> N
 def _as_request(value: Any) -> dict:
     if isinstance(value, dict) and any(k in value for k in _PASS_THROUGH_KEYS):
         return value
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        # A body that opens with two brackets is already the list of instances: the container's
+        # rule (tensorflowServing.js generic_json_request), and what a client sends for an array
+        # with a batch dimension (the SageMaker SDK's JSONSerializer of a 2-D or deeper numpy
+        # array). Any other value is one instance.
+        return {"instances": value}
     return {"instances": [value]}
 
 

@@ -155,11 +155,13 @@ def joinable(data: bytes, kind: str) -> bool:
 
 
 def _one_json_instance(data: bytes) -> bool:
-    """An ``application/json`` line the default handling wraps as one instance: an array, or an
-    object with none of the keys that make it a request of its own (an escape could spell one)."""
-    head = data.lstrip(b" \t")[:1]
+    """An ``application/json`` line the default handling wraps as one instance: an array that
+    does not open with two brackets (that is a list of instances), or an object with none of
+    the keys that make it a request of its own (an escape could spell one)."""
+    text = data.lstrip(b" \t")
+    head = text[:1]
     if head == b"[":
-        return True
+        return text[1:].lstrip(b" \t")[:1] != b"["
     return head == b"{" and b"\\" not in data and not any(key in data for key in _REQUEST_KEYS)
 
 

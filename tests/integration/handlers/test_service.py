@@ -25,6 +25,22 @@ def test_default_json_predict(linear_server):
     np.testing.assert_allclose(got, linear_expected(np.array(x), seed=1), rtol=1e-5)  # latest = v2 (seed 1)
 
 
+@pytest.mark.parametrize("content_type", ["application/json", "application/jsonlines"])
+def test_json_bodies_as_the_container_reads_them(linear_server, content_type):
+    # A bare array of rows (the SDK's JSONSerializer of a 2-D numpy array) and JSON lines sent
+    # as application/json are lists of instances, as the SageMaker container reads them.
+    service = InferenceService(linear_server)
+    x = [[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]]
+    bodies = [b"\n".join(json.dumps(row).encode() for row in x)]
+    if content_type == "application/json":
+        bodies.append(json.dumps(x).encode())
+    for body in bodies:
+        resp = service.invoke(InvocationRequest(body=body, content_type=content_type))
+        assert resp.status == 200, resp.body
+        got = np.array(json.loads(resp.body)["predictions"])
+        np.testing.assert_allclose(got, linear_expected(np.array(x), seed=1), rtol=1e-5)
+
+
 def test_custom_attributes_select_version(linear_server):
     service = InferenceService(linear_server)
     resp = service.invoke(InvocationRequest(body=b"1,2,3\n", content_type="text/csv",

@@ -21,6 +21,15 @@ def test_other_json_is_wrapped_as_one_instance():
     assert json_request(b'{"a": 1}', "application/json") == {"instances": [{"a": 1}]}
 
 
+def test_json_that_opens_with_two_brackets_is_the_list_of_instances():
+    # The container's rule: what the SDK's JSONSerializer sends for a numpy array with a batch dimension.
+    assert json_request(b"[[1, 2, 3], [4, 5, 6]]", "application/json") == {"instances": [[1, 2, 3], [4, 5, 6]]}
+    assert json_request(b' [ [[0.5], [1]] ]', "application/json") == {"instances": [[[0.5], [1]]]}
+    assert json_request(b"[[]]", "application/json") == {"instances": [[]]}
+    assert json_request(b"[]", "application/json") == {"instances": [[]]}
+    assert json_request(b'[{"a": 1}]', "application/json") == {"instances": [[{"a": 1}]]}
+
+
 def test_json_lines_become_instances():
     body = b'[1, 2]\n\n{"x": 3}\n'
     assert json_request(body, "application/jsonlines") == {"instances": [[1, 2], {"x": 3}]}
@@ -179,8 +188,12 @@ def _typed(value):
 def test_bulk_json_reads_as_the_standard_library_does(value):
     body = json.dumps(value).encode()
     expected = json.loads(body)
-    wrapped = expected if isinstance(expected, dict) and {"instances", "inputs", "examples"} & set(expected) \
-        else {"instances": [expected]}
+    if isinstance(expected, dict) and {"instances", "inputs", "examples"} & set(expected):
+        wrapped = expected
+    elif isinstance(expected, list) and expected and isinstance(expected[0], list):
+        wrapped = {"instances": expected}  # "[[": already the list of instances
+    else:
+        wrapped = {"instances": [expected]}
     assert _typed(json_request(body, "application/json")) == _typed(wrapped)
 
 

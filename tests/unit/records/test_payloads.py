@@ -191,6 +191,8 @@ def test_join_single_bounds_records_and_bytes():
     ("[1,\u2028 2]".encode(), "jsonl", False),
     (b"[12345678901234567]", "jsonl", False),
     (b"  [1, 2]", "json", True),
+    (b"[ [1, 2], [3, 4]]", "json", False),          # two brackets: a list of instances, not one
+    (b"[[1, 2], [3, 4]]", "jsonl", True),           # a JSON Lines line is one instance whatever it holds
     (b'{"instances": [[1, 2]]}', "json", False),    # may carry many rows of its own
     (b'{"x": [1, 2]}', "json", True),               # named inputs: one instance
     (b'{"x": [1, 2], "inputs": 1}', "json", False),
