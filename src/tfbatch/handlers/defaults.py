@@ -42,7 +42,7 @@ _PASS_THROUGH_KEYS = ("instances", "inputs", "examples")
 # of JSON lines is): an object or array, only whitespace, then another; unless the body names
 # one of the TFS request keys, which goes to TF Serving as it is (tensorflowServing.js,
 # is_tfs_json before is_json_lines). Such a body is one instance per line, as JSON Lines.
-_TFS_KEYS_MARK = re.compile(rb'"(instances|inputs|examples)"\s*:')
+_TFS_KEYS_MARK = re.compile(rb'"(' + "|".join(_PASS_THROUGH_KEYS).encode() + rb')"\s*:')
 _JSON_LINES_MARK = re.compile(rb"[}\]]\s*[\[{]")
 
 

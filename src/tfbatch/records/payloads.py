@@ -139,9 +139,9 @@ def joinable(data: bytes, kind: str) -> bool:
     Lines seen to be blank are not joined, so that they do not cost their run a rerun.
 
     ``csv``: no quotes (a quote can run across lines) and no ``\r``; ``jsonl``: no line break
-    the JSON Lines reader would split at; ``json``: that, and a JSON array or an object without
-    ``instances``/``inputs``/``examples`` (which would make it a request of its own). Neither may hold ``true``/``false`` (booleans become numbers
-    beside numbers) or a 16-digit integer.
+    the JSON Lines reader would split at; ``json``: that, and one instance to the default
+    handling (:func:`_one_json_instance`). Neither may hold ``true``/``false`` (booleans become
+    numbers beside numbers) or a 16-digit integer.
     """
     if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _LONG_INTEGER.search(data):
         return False  # a blank line would shorten the joined answer: it would only cost a rerun
