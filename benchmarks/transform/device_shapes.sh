@@ -1,7 +1,7 @@
 #!/bin/bash
 # The shape benchmark (and bf16 on MobileNetV2, where the CPU has bf16) on a lent device
 # machine: 16 cores, python3 3.12, no TensorFlow there. How it gets there (64 MiB per call):
-#  - here: `pip download` the cp312 manylinux wheels of tensorflow-cpu and of what the device
+#  - here: `bash benchmarks/transform/device_prep.sh` (it does what follows): `pip download` the cp312 manylinux wheels of tensorflow-cpu and of what the device
 #    image lacks (pydantic, pydantic-core, pydantic-settings, python-dotenv, typing-inspection,
 #    annotated-types, starlette, uvicorn, httptools, orjson, google-crc32c, pybase64, protobuf,
 #    grpcio, astunparse, gast, google-pasta, termcolor, ml_dtypes; and keras, optree, namex, which
@@ -48,4 +48,17 @@ for s in ${SHAPES:-jpeg-script jpeg-float jpeg-bytes tfrecord jpeg-float-script 
      | grep -E "^\||rror|Trace" | tail -6
   save
 done
+if [ -n "$PYSPY" ]; then
+  # where the job's time goes on this many cores: every thread (what runs, and idle waits), then
+  # only the GIL's holder (how much of the wall time one core's worth of Python is busy)
+  SPY=/tmp/site/bin/py-spy; [ -x $SPY ] || SPY=$(dirname $(command -v $PY))/py-spy
+  J=$(ls -d $WD/jpegs-*/input | sort -t- -k2 -n | tail -1); A=$WD/models/tiny/model-noscript.tar.gz
+  for mode in threads gil; do
+    echo "== py-spy $mode on $J at $(( $(date +%s) - t0 )) s"; rm -rf /tmp/pyspy-out
+    extra="--idle"; [ $mode = gil ] && extra="--gil"
+    timeout ${PER_PYSPY:-90} $SPY record --threads $extra -r 100 -f raw -o $RES/pyspy-$mode.txt -- \
+      $PY -m tfbatch transform --model $A --input $J --content-type application/x-image --output /tmp/pyspy-out 2>&1 | tail -3
+    save
+  done
+fi
 echo "end $(( $(date +%s) - t0 )) s"
