@@ -73,7 +73,8 @@ class LocalEngine:
         if spec.instance_count == 1 and not self.isolated:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
                 os.environ.update(instance_env(devices[0]))
-            summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs))
+            # The listing runs here, lazily: the instance iterates it on a thread of its own.
+            summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs), prefetch=True)
             summary.skipped += inputs.skipped[0]
             return [summary]
         summaries = self._run_processes(spec, emit, devices, stop, inputs)
@@ -185,7 +186,7 @@ def _chunks_from(keys) -> Iterator[list]:
 
 
 def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None,
-                  refs: Iterable[ObjectRef] | None = None) -> InstanceSummary:
+                  refs: Iterable[ObjectRef] | None = None, prefetch: bool | None = None) -> InstanceSummary:
     from tfbatch.transform.instance import InstanceRunner
 
     runner = InstanceRunner(spec, instance, count)
@@ -195,7 +196,7 @@ def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, st
         runner.close()
         return InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}")
     try:
-        return runner.run(emit, refs=refs, stop=stop)
+        return runner.run(emit, refs=refs, stop=stop, prefetch=prefetch)
     finally:
         runner.close()
 

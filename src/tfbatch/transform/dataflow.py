@@ -54,6 +54,7 @@ Finished = Callable[[ObjectResult], None]
 MAX_OBJECT_BYTES = 64 * 1024 * 1024  # raw or split: larger objects stream through the per-object pipeline
 CHUNK_BYTES = 16 * 1024 * 1024  # a chunk closes at this many listed bytes (or batch_size objects)
 HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requests)
+LOCAL_WRITERS = 1  # threads that assemble and write local outputs (see Dataflow.__init__)
 
 
 class _Object:
@@ -98,8 +99,15 @@ class Dataflow:
         self.fallbacks = 0
         self._hop_pool: ThreadPoolExecutor | None = None  # set while run() runs
         # Writer tasks per chunk: one for local outputs, one per I/O thread for remote ones (S3),
-        # where each object's write is a round trip.
-        self.write_runs = 1 if is_local(getattr(spec, "output", None) or "") else self.io_threads
+        # where each object's write is a round trip. Local outputs also get one writer thread
+        # for the whole job: creating many small files in a folder from many threads is slower
+        # in sum than from one (the folder's lock, and a GIL hand-off at every system call). On
+        # 16 cores the job's 16 writer threads took 5.5 ms a file (4,100 JPEGs/s; tf.data, with
+        # one writer, 16,300); there 20,000 O_TMPFILE writes took 24 us each from one thread,
+        # 61 from 4, 153 from 16 (benchmarks/transform/profile/sixteen-cores.md).
+        local = is_local(getattr(spec, "output", None) or "")
+        self.write_runs = 1 if local else self.io_threads
+        self.writers = LOCAL_WRITERS if local else max(self.threads, self.write_runs)
 
     # ---- stages -----------------------------------------------------------------------
 
@@ -285,7 +293,7 @@ class Dataflow:
         # the writer pool outlives the dataflow threads that submit to it.
         # As many hops in flight as chunks: memory stays bounded by what the chunks hold.
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-hop") as hops, \
-                ThreadPoolExecutor(max(self.threads, self.write_runs), thread_name_prefix="dataflow-write") as writer, \
+                ThreadPoolExecutor(self.writers, thread_name_prefix="dataflow-write") as writer, \
                 ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
             self._hop_pool = hops

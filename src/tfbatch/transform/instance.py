@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.invoke import Invoker
 from tfbatch.transform.ledger import Ledger
-from tfbatch.transform.lookahead import CountAhead
+from tfbatch.transform.lookahead import CountAhead, Prefetch
 from tfbatch.transform.pipeline import ObjectPipeline
 from tfbatch.transform.plan import iter_partition
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
@@ -396,14 +396,19 @@ class InstanceRunner:
                         max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,
                         chosen_by=chosen_by)
 
-    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None) -> InstanceSummary:
+    def run(self, emit: Emit, refs: Iterable[ObjectRef] | None = None, stop=None,
+            prefetch: bool | None = None) -> InstanceSummary:
         """Every object of this instance's partition (or of ``refs``) once; the summary at the end.
 
-        ``stop`` (the job's --max-error-rate guard): once set, nothing new starts.
+        ``stop`` (the job's --max-error-rate guard): once set, nothing new starts. ``prefetch``:
+        iterate the listing (this instance's own, or ``refs`` where that is a listing) on a
+        thread of its own, ahead of the chunks (``lookahead.Prefetch``); by default only for
+        its own listing. Not for refs that a driver hands out on demand (Ray's actors), which
+        reading ahead would take from the other instances.
         """
         started = time.monotonic()
         summary = InstanceSummary(instance=self.instance)
-        partition = None
+        partition = listing = None
         if refs is not None:
             # The job's listing pass (engines) already dropped done objects after reading the
             # ledger once; reading it again per instance costs a listing and its journals.
@@ -413,6 +418,10 @@ class InstanceRunner:
             with_errors = self.ledger.keys_with_errors()
             # Done objects are filtered page by page against the ledger's index (not one lookup each).
             refs = partition = iter_partition(self.spec, self.instance, self.instance_count, done)
+        if prefetch or (prefetch is None and partition is not None):
+            # The listing (a stat per local file, a page per request on S3) on a thread of its
+            # own, ahead of the chunks, rather than in turns with submitting them.
+            refs = listing = Prefetch(refs)
         # The tuner's probe is a share of the job: it may count the listing ahead to know the job's size.
         refs = counted = CountAhead(refs)
         lock = threading.Lock()
@@ -439,6 +448,8 @@ class InstanceRunner:
             name = stats.pop("name", None) or self._signature_name()
             summary.batches = {name: {**stats, "precision": self.spec.precision}}
         finally:
+            if listing is not None:
+                listing.close()
             self.ledger.close()  # the last group's commit
         if partition is not None:
             summary.skipped += partition.skipped

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from tfbatch.artifact import package
 from tfbatch.testing.models import make_image_bytes_model
 from tests.integration.transform.ledger_files import done_keys
 from tfbatch import run_transform
+from tfbatch.transform.progress import Progress
 
 PAIR = """
 import base64, json
@@ -230,3 +232,36 @@ def _outs_of_default(tmp_path: Path, savedmodel: Path, images: Path) -> dict[str
     run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "d"),
                   content_type="application/x-image", max_batch_size=4)
     return _outs(tmp_path / "d")
+
+
+class _Threads(Progress):
+    """Which threads finish objects (``update``) and end the listing (``set_total``)."""
+
+    def __init__(self):
+        super().__init__("log", io.StringIO())  # "off" would not be told the total
+        self.finishers: set[str] = set()
+        self.listers: set[str] = set()
+
+    def set_total(self, total: int) -> None:
+        self.listers.add(threading.current_thread().name)
+        super().set_total(total)
+
+    def update(self, result) -> None:
+        self.finishers.add(threading.current_thread().name)
+        super().update(result)
+
+
+def test_local_outputs_have_one_writer_and_the_listing_a_thread_of_its_own(tmp_path, savedmodel, images):
+    """Six model threads, chunks of 2: several chunks finish at once, yet one thread writes
+    every local output (many threads creating small files in one folder are slower in sum,
+    benchmarks/transform/profile/sixteen-cores.md), and the listing is iterated on its own
+    thread, not in turns with the driver's chunk submissions. Outputs as the default job's."""
+    threads = _Threads()
+    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(tmp_path / "o"),
+                           content_type="application/x-image", max_batch_size=2, lane_workers=6,
+                           progress=threads)
+    assert report.ok and report.succeeded == 11
+    assert _lane_stats(report)["workers"] == 6
+    assert threads.finishers == {"dataflow-write_0"}
+    assert threads.listers == {"listing"}
+    assert _outs(tmp_path / "o") == _outs_of_default(tmp_path, savedmodel, images)

@@ -1,0 +1,93 @@
+"""Prefetch: the listing on a thread of its own, ahead of the chunks (transform/lookahead.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tfbatch.transform.lookahead import CountAhead, Prefetch
+
+
+def test_items_pass_in_order_each_once():
+    items = list(range(5000))
+    assert list(Prefetch(iter(items), limit=64, run=16)) == items
+    assert list(Prefetch(iter([]))) == []
+
+
+def test_the_first_item_is_not_held_for_a_run():
+    """The consumer gets the first item while the source is still blocked on the second."""
+    release = threading.Event()
+
+    def source():
+        yield "first"
+        release.wait()
+        yield "second"
+
+    p = Prefetch(source(), run=256)
+    assert next(p) == "first"  # would hang if the first run waited for 256 items
+    release.set()
+    assert list(p) == ["second"]
+
+
+def test_a_source_error_comes_after_the_items_before_it():
+    def source():
+        yield 1
+        yield 2
+        raise OSError("listing failed: /data/in")
+
+    p = Prefetch(source(), run=4)
+    got = []
+    with pytest.raises(OSError, match="listing failed"):
+        for item in p:
+            got.append(item)
+    assert got == [1, 2]
+
+
+def test_it_reads_at_most_about_limit_items_ahead():
+    """A consumer that stops: the thread fills the queue and waits, it does not list on."""
+    produced = []
+    full = threading.Event()
+
+    def source():
+        for i in range(100_000):
+            produced.append(i)
+            if len(produced) > 200:
+                full.set()  # never reached if the bound holds
+            yield i
+
+    p = Prefetch(source(), limit=64, run=8)
+    assert next(p) == 0
+    p.close()
+    assert not p._thread.is_alive()
+    # queue of 64 / 8 = 8 runs, the run being formed and the one put back: well under 200
+    assert not full.is_set() and len(produced) < 200
+
+
+def test_close_stops_the_thread_and_closes_the_source():
+    closed = threading.Event()
+
+    def source():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.set()
+
+    p = Prefetch(source(), limit=16, run=4)
+    assert [next(p) for _ in range(10)] == list(range(10))
+    p.close()
+    assert closed.is_set() and not p._thread.is_alive()
+    with pytest.raises(StopIteration):
+        next(p)
+
+
+def test_count_ahead_over_a_prefetch_counts_on_the_consumers_thread():
+    """CountAhead (the tuner's look-ahead) reads the prefetch; both run on one thread."""
+    counted = CountAhead(Prefetch(iter(range(1000)), limit=32, run=8))
+    assert counted.rows(100) == (100, False)
+    assert next(counted) == 0
+    assert counted.rows(5000) == (1000, True)
+    assert list(counted) == list(range(1, 1000))
