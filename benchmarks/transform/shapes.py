@@ -271,6 +271,18 @@ def marginal(full: dict, half: dict) -> dict:
             "steady_cpu_ms_per_record": 1000 * d_cpu / d_records if ok and d_cpu > 0 else None}
 
 
+def _tfbatch_batches(out: Path) -> dict | None:
+    """What the tfbatch job chose (batch sizes, workers, the tuner's reasons), from its report."""
+    try:
+        report = json.loads((out / "_tfbatch" / "report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return {name: {k: v for k, v in stats.items() if k in ("batch_sizes", "batches", "workers", "lane", "predict",
+                                                          "in_flight_objects", "chosen_by")}
+            | {"chosen": (stats.get("autotune") or {}).get("chosen")}
+            for name, stats in (report.get("batches") or {}).items()}
+
+
 def run_shape(shape: Shape, job: Job, workdir: Path, order: str, cache: dict, timeout_s: float) -> dict:
     from benchmarks.transform import shape_runner
 
@@ -288,6 +300,8 @@ def run_shape(shape: Shape, job: Job, workdir: Path, order: str, cache: dict, ti
                                         timeout_s)
             runs[c] = shape_runner.run(c, job, out, workdir / "logs", shape.name, timeout_s)
             runs[c]["shape"] = shape.name
+            if c == "a":
+                runs[c]["tfbatch_batches"] = _tfbatch_batches(out)
             runs[c]["steady_method"] = "output times" if half is None else "whole job minus half job"
             if half is not None:
                 runs[c].update(marginal(runs[c], half))
