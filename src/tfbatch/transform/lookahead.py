@@ -5,6 +5,9 @@ up front. The batch-size probe only needs to know that the job has at least so m
 (its budget is a share of them), so this iterator reads the listing ahead on demand, at most
 ``limit`` items, and says how many it has seen and whether that was the end. Items pass
 through in order and each exactly once; nothing is read ahead unless asked.
+
+``Prefetch`` is the other kind of look-ahead: the listing iterated on a thread of its own, a
+bounded number of items ahead, so its system calls run while the driver waits.
 """
 
 from __future__ import annotations
@@ -60,8 +63,10 @@ class Prefetch(Generic[T]):
     the GIL among dozens of threads). Here the listing runs while the driver waits. Items pass
     in order, each once, handed over in growing runs (1, 2, 4, ... ``run``) so the first item
     is not held back and later ones cost one queue hand-off per run, not per item. An exception
-    in ``source`` is raised to the consumer after the items before it; ``close`` (or leaving
-    the iteration early) stops the thread at its next item and closes ``source`` there.
+    in ``source`` is raised to the consumer after the items before it. ``close`` (the owner
+    calls it, also when it stops iterating early) stops the thread at its next item or hand-off
+    and closes ``source`` there; the thread is a daemon, so a forgotten ``close`` cannot keep a
+    process alive.
     """
 
     def __init__(self, source: Iterable[T], *, limit: int = 4096, run: int = 256, name: str = "listing"):
