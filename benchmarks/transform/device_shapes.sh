@@ -1,15 +1,16 @@
 #!/bin/bash
 # The shape benchmark (and bf16 on MobileNetV2, where the CPU has bf16) on a lent device
 # machine: 16 cores, python3 3.12, no TensorFlow there. How it gets there (64 MiB per call):
-#  - here: `bash benchmarks/transform/device_prep.sh` (it does what follows): `pip download` the cp312 manylinux wheels of tensorflow-cpu and of what the device
-#    image lacks (pydantic, pydantic-core, pydantic-settings, python-dotenv, typing-inspection,
-#    annotated-types, starlette, uvicorn, httptools, orjson, google-crc32c, pybase64, protobuf,
-#    grpcio, astunparse, gast, google-pasta, termcolor, ml_dtypes; and keras, optree, namex, which
-#    the ninth session's lease lacked: without Keras the tf.data script's import was as short as
-#    tfbatch's, unlike a real install) at the versions in .venv;
+#  - here: `bash benchmarks/transform/device_prep.sh`, which does what follows: `pip download`
+#    the cp312 manylinux wheels of tensorflow-cpu and of what the device image lacks (pydantic,
+#    pydantic-core, pydantic-settings, python-dotenv, typing-inspection, annotated-types,
+#    starlette, uvicorn, httptools, orjson, google-crc32c, pybase64, protobuf, grpcio,
+#    astunparse, gast, google-pasta, termcolor, ml_dtypes, h5py, py-spy; and keras, optree,
+#    namex, which the ninth session's lease lacked: without Keras the tf.data script's import
+#    was as short as tfbatch's, unlike a real install) at the versions in .venv;
 #    `split -b 58M` the TensorFlow wheel into .dev16/p1..p4 (tfpart0-3) and .dev16/p5 (tfpart4;
-#    the other wheels in p5/whl; /tmp/bench-final/models and the calibrated MobileNetV2 archive
-#    of benchmarks.transform.bf16 in p5/models); .dev16 is git-excluded;
+#    the other wheels in p5/whl, py-spy's among them; the bench models in p5/models, and for
+#    bf16 the calibrated MobileNetV2 archive of benchmarks.transform.bf16); .dev16 is git-excluded;
 #  - device: calls 1-4 carry .dev16/pK and copy its part to /tmp/parts (a carried folder does
 #    not outlive the next call; /tmp on a warm machine does); call 5 carries .dev16/p5 and runs
 #    this script. Each call returns in seconds; the machine stays warm 30 s between calls.

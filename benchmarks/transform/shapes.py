@@ -272,7 +272,7 @@ def marginal(full: dict, half: dict) -> dict:
 
 
 def _tfbatch_batches(out: Path) -> dict | None:
-    """What the tfbatch job chose (batch sizes, workers, the tuner's reasons), from its report."""
+    """What the tfbatch job chose (batch sizes, workers, the tuner's pick), from its report.json."""
     try:
         report = json.loads((out / "_tfbatch" / "report.json").read_text())
     except (OSError, ValueError):

@@ -252,8 +252,9 @@ class _Threads(Progress):
 
 
 def test_local_outputs_have_one_writer_and_the_listing_a_thread_of_its_own(tmp_path, savedmodel, images):
-    """Six model threads, chunks of 2: several chunks finish at once, yet one thread writes
-    every local output (many threads creating small files in one folder are slower in sum,
+    """Six model threads, chunks of 2, so several chunks are written at about the same time
+    (on the tree before the change, by four writer threads); now one thread writes every
+    local output (many threads creating small files in one folder are slower in sum,
     benchmarks/transform/profile/sixteen-cores.md), and the listing is iterated on its own
     thread, not in turns with the driver's chunk submissions. Outputs as the default job's."""
     threads = _Threads()
