@@ -9,17 +9,21 @@ was doing, whatever called it.
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator, Sequence
 
 Phases = Sequence[tuple[str, Sequence[str]]]
 
 
 def samples(path: str) -> Iterator[tuple[list[str], int]]:
-    """``(frames, count)`` per line; blank lines and lines without a count are skipped."""
-    for line in open(path, encoding="utf-8", errors="replace"):
-        stack, _, count = line.rstrip("\n").rpartition(" ")
-        if stack:
-            yield stack.split(";"), int(count)
+    """``(frames, count)`` per line; blank lines and lines without a count are skipped.
+    A path ending in ``.gz`` is read through gzip (the committed profiles are kept so)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if stack:
+                yield stack.split(";"), int(count)
 
 
 def split_process(frames: list[str]) -> tuple[str, list[str]]:

@@ -1,7 +1,7 @@
 """Where a job's threads spend their time, from ``py-spy record --threads --idle -f raw`` (every
 thread, waiting included) and ``py-spy record --threads --gil -f raw`` (only the GIL's holder).
 
-    python benchmarks/transform/profile/threads_summary.py THREADS.txt[.gz] GIL.txt[.gz] --rate 100
+    python -m benchmarks.transform.profile.threads_summary THREADS.txt[.gz] GIL.txt[.gz] --rate 100
 
 Threads are grouped by name without the pool index (``dataflow-write_3`` -> ``dataflow-write``);
 each group's samples go to the first state whose marker is in the stack, leaf first. GIL samples
@@ -11,9 +11,10 @@ are split into start-up (imports and the model load) and the rest, by stage.
 from __future__ import annotations
 
 import argparse
-import gzip
 import re
 from collections import Counter, defaultdict
+
+from benchmarks.transform.profile.pyspy_raw import phase_of, samples
 
 STATES = [  # (state, markers), searched leaf first
     ("write a file", ["_write_unnamed_local", "_write_all", "_atomic_write_local", "_write_small_local"]),
@@ -40,26 +41,9 @@ GIL_STAGES = [
 ]
 
 
-def lines(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            stack, _, count = line.rstrip("\n").rpartition(" ")
-            if stack:
-                yield stack.split(";"), int(count)
-
-
 def group(thread_frame: str) -> str:
     name = re.sub(r"^thread \(\d+\)(: )?", "", thread_frame) or "(unnamed)"
     return re.sub(r"[_-]\d+$", "", name)
-
-
-def first(frames, table, other):
-    for frame in reversed(frames):
-        for state, markers in table:
-            if any(m in frame for m in markers):
-                return state
-    return other
 
 
 def main() -> None:
@@ -71,10 +55,10 @@ def main() -> None:
     args = ap.parse_args()
     per = defaultdict(Counter)
     members = defaultdict(set)
-    for frames, n in lines(args.threads):
+    for frames, n in samples(args.threads):
         g = group(frames[0])
         members[g].add(frames[0])
-        per[g][first(frames[1:], STATES, "other")] += n
+        per[g][phase_of(frames[1:], STATES, "other")] += n
     print("## Every thread (--idle): seconds per thread group, by state\n")
     print("| thread group | threads | thread-seconds | by state (s) |\n|---|---:|---:|---|")
     for g, states in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
@@ -82,8 +66,8 @@ def main() -> None:
         parts = ", ".join(f"{s} {v / args.rate:.1f}" for s, v in states.most_common(5))
         print(f"| {g} | {len(members[g])} | {total / args.rate:.1f} | {parts} |")
     stages = Counter()
-    for frames, n in lines(args.gil):
-        stages[first(frames[1:], GIL_STAGES, "other")] += n
+    for frames, n in samples(args.gil):
+        stages[phase_of(frames[1:], GIL_STAGES, "other")] += n
     total = sum(stages.values())
     startup = sum(v for s, v in stages.items() if s.startswith("start-up"))
     print("\n## The GIL's holder (--gil): seconds by stage\n")

@@ -12,6 +12,8 @@ bounded number of items ahead, so its system calls run while the driver waits.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
@@ -70,9 +72,6 @@ class Prefetch(Generic[T]):
     """
 
     def __init__(self, source: Iterable[T], *, limit: int = 4096, run: int = 256, name: str = "listing"):
-        import queue
-        import threading
-
         self._source = source
         self._run = max(1, run)
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, limit // self._run))
@@ -83,8 +82,6 @@ class Prefetch(Generic[T]):
         self._thread.start()
 
     def _put(self, item: object) -> bool:
-        import queue
-
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
