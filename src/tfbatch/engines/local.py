@@ -3,6 +3,11 @@
 One instance runs in the calling process (no start-up cost beyond loading the model).
 ``instance_count`` N > 1 starts N processes with the *spawn* context — TensorFlow's
 threads do not survive ``fork`` — and each loads the model once and runs its partition.
+An instance may itself be several such processes (``processes_per_instance``): one process
+keeps only a few cores busy, whatever its thread counts, because every record passes
+through Python under its one GIL (benchmarks/transform/profile/sixteen-cores.md: ~4.4 of
+16 cores); on a machine with many cores and no GPU each instance runs as one process per
+``CORES_PER_PROCESS`` cores, each on its own hash partition of the instance's objects.
 
 The input is listed once, here in the parent (``plan.JobInputs``): a feeder thread hands
 each worker its objects in chunks down a bounded queue of its own, so no worker lists the
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tfbatch.errors import ConfigError
-from tfbatch.runtime.placement import count_nvidia_gpus, instance_env, partition_gpus, visible_gpus
+from tfbatch.runtime.placement import count_nvidia_gpus, instance_env, partition_gpus, usable_cores, visible_gpus
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.engine import Emit
 from tfbatch.transform.plan import JobInputs, iter_chunks, refs_from_chunks
@@ -41,6 +46,12 @@ from tfbatch.transform.spec import TransformSpec
 log = logging.getLogger(__name__)
 
 CHUNK = 256  # objects per message to a worker
+# Cores one worker process is given before the next one is started (no GPU, no --processes).
+# One process of the image dataflow kept 4.4 of 16 cores busy on the tiny model, its GIL
+# holder at 115 us per record (sixteen-cores.md); a model that is dearer per record keeps
+# more cores busy in TensorFlow's own threads, which more processes share out the same way.
+CORES_PER_PROCESS = 4
+MAX_AUTO_PROCESSES = 8  # each process holds its own TensorFlow runtime and copy of the model
 CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
 END = None  # the last message on a worker's key queue
 
@@ -69,6 +80,14 @@ class LocalEngine:
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
         devices = gpu_plan(spec)
+        per = processes_per_instance(spec, usable_cores(), devices)
+        if per > 1:
+            # Each process is an instance of its own to the rest of the job (its hash partition,
+            # its journal, its summary); the instance's GPUs, if any were given, go to all of them.
+            devices = [d for d in devices for _ in range(per)]
+            spec = spec.model_copy(update={"instance_count": spec.instance_count * per})
+            if inputs is not None:
+                inputs = inputs.replanned(spec.instance_count)
         inputs = inputs if inputs is not None else job_inputs(spec)
         if spec.instance_count == 1 and not self.isolated:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
@@ -206,6 +225,18 @@ def _watch_parent(parent_pid: int) -> None:
         time.sleep(1.0)
         if os.getppid() != parent_pid:
             os._exit(3)
+
+
+def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[str]]) -> int:
+    """Worker processes for each of the job's instances: ``--processes``, else 1 where a GPU
+    is given to an instance (one process drives it), else one per ``CORES_PER_PROCESS`` of
+    the instance's share of ``cores`` (at most ``MAX_AUTO_PROCESSES``), so 1 below 8 cores."""
+    if spec.processes is not None:
+        return spec.processes
+    if any(devices):
+        return 1
+    share = cores // spec.instance_count
+    return max(1, min(MAX_AUTO_PROCESSES, share // CORES_PER_PROCESS))
 
 
 def gpu_plan(spec: TransformSpec) -> list[list[str]]:

@@ -151,6 +151,9 @@ class RayEngine:
 
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
+        if spec.processes not in (None, 1):
+            raise ConfigError(f"--processes {spec.processes} is the local engine's (worker processes per instance); "
+                              "on Ray each instance is one actor: raise --instance-count instead")
         self.timeline = RunTimeline()
         self.timeline.mark("run")
         ray = _ray()

@@ -90,3 +90,22 @@ def count_nvidia_gpus(dev_root: str = "/dev") -> int:
     except OSError:
         return 0
     return sum(1 for n in names if re.fullmatch(r"nvidia\d+", n))
+
+
+def usable_cores(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """Cores this process may run on: its CPU affinity, lowered to a cgroup v2 CPU quota
+    (``cpu.max``, a container's ``--cpus``) where one is set; at least 1."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open(os.path.join(cgroup_root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cores = min(cores, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)

@@ -54,7 +54,11 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                         "in-process per request, --handler-workers 0)")
     p.add_argument("--lane-workers", type=int,
                    help="image jobs with no script: batches read, decoded and run at once "
-                        "(default: one per core, at least 3)")
+                        "(default: one per core of the instance's share, at least 3)")
+    p.add_argument("--processes", type=int,
+                   help="local engine: worker processes per instance, each with the model and a share of "
+                        "the instance's objects and cores (default: one per 4 cores where no GPU is given, "
+                        "so 1 below 8 cores)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "
@@ -102,7 +106,7 @@ def spec_from_args(args: argparse.Namespace):
         "instance_count", "input_filter", "output_filter", "join_source", "invocations_timeout",
         "invocations_max_retries", "max_batch_size", "batch_timeout_ms", "on_error", "install_requirements", "resume",
         "engine", "follow_symlinks", "kms_key_id", "precision", "gpus_per_instance",
-        "retry_failed", "max_error_rate", "wait_lock", "handler_workers", "lane_workers",
+        "retry_failed", "max_error_rate", "wait_lock", "handler_workers", "lane_workers", "processes",
     ]
     for name in names:
         value = getattr(args, name, None)

@@ -50,11 +50,6 @@ def runtime_settings(spec: TransformSpec):
     )
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _freeze_heap() -> None:
@@ -157,6 +152,10 @@ class InstanceRunner:
         self._saved_env = {k: os.environ.get(k) for k in env}
 
         settings = runtime_settings(self.spec)
+        if self.host_instances > 1 and settings.intra_op_parallelism is None:
+            # TensorFlow sizes its op pool to every core of the machine; the instances sharing
+            # it each get their share (SAGEMAKER_TFS_INTRA_OP_PARALLELISM still wins).
+            settings = settings.model_copy(update={"intra_op_parallelism": self.cores()})
         os.environ.update(env)  # as build_stack does first: opening the artifact may read it (S3)
         artifact = self._open_artifact()
         handed = False
@@ -283,12 +282,18 @@ class InstanceRunner:
         start = None if self.spec.handler_workers is not None else START_WORKERS
         return HandlerPool(init, self.handler_workers(), start=start).start()
 
+    def cores(self) -> int:
+        """This instance's share of the machine's cores: local instances (and the processes of
+        one, engines/local.py) share one machine, and N of them x all cores would oversubscribe it."""
+        from tfbatch.runtime.placement import usable_cores
+
+        return max(1, usable_cores() // max(1, self.host_instances))
+
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""
         if self.spec.handler_workers is not None:
             return self.spec.handler_workers
-        # Local instances share one machine: N instances x all cores would oversubscribe it.
-        return max(1, (os.cpu_count() or 1) // max(1, self.host_instances))
+        return self.cores()
 
     def close(self) -> None:
         if self._froze:
@@ -360,7 +365,7 @@ class InstanceRunner:
 
                 # The probe's budget is a share of the job's requests: counted ahead as objects
                 # when each object is one request, else a fixed number of requests.
-                tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=_usable_cores(),
+                tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(),
                                        job_rows=job_rows if self.spec.split_type == "None" else None,
                                        in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
@@ -382,17 +387,17 @@ class InstanceRunner:
         if self.spec.autotune:
             from tfbatch.transform.autotune import MIN_WINDOW_S, BatchSizeProbe
 
-            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=_usable_cores(), job_rows=job_rows,
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=self.cores(), job_rows=job_rows,
                                    min_window_s=MIN_WINDOW_S)
         chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
                      "workers": "flag" if self.spec.lane_workers
-                     else f"default (one per core, at least {MIN_LANE_THREADS})",
+                     else f"default (one per core of the instance's share, at least {MIN_LANE_THREADS})",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 2)"}
         predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
                                                     tuner=tuner)
         return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
-                        threads=self.spec.lane_workers or max(MIN_LANE_THREADS, os.cpu_count() or 1),
+                        threads=self.spec.lane_workers or max(MIN_LANE_THREADS, self.cores()),
                         max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,
                         chosen_by=chosen_by)
 

@@ -151,6 +151,7 @@ def remove_stale_temp_files(output: str) -> int:
 
 
 def _merge(report: JobReport, summaries: list[InstanceSummary]) -> None:
+    report.processes = max(1, len(summaries))
     for s in summaries:
         report.skipped += s.skipped
         if s.fatal:

@@ -127,6 +127,12 @@ class JobInputs:
         size = page_size or DEFAULT_PAGE_SIZE
         return cls(iter_inputs(spec, page_size=size), spec.instance_count, done, on_total, page_size=size)
 
+    def replanned(self, instance_count: int) -> "JobInputs":
+        """The same pass (not started yet) assigned to ``instance_count`` instances instead."""
+        if self.listed or self.exhausted:
+            raise ValueError("a listing pass already under way cannot be assigned again")
+        return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size)
+
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
         for instances, page in self.pages():
             yield from zip(instances.tolist(), page)

@@ -133,6 +133,7 @@ class JobReport(_Counts):
     stopped: str | None = None  # why the job stopped before its end (--max-error-rate); resumable
     seconds: float = 0.0
     instances: int = 1
+    processes: int = 1  # the worker processes (local engine) or actors (Ray) that ran the instances
     concurrency: int = 0
     output: str = ""
     error_report: str | None = None

@@ -34,6 +34,26 @@ def test_two_instances_partition_by_key_and_match_one_instance(tmp_path, linear_
     assert plan.done == plan.objects  # the ledger knows every object finished
 
 
+def test_an_instance_as_two_processes_writes_what_one_process_writes_and_resumes_with_one(tmp_path, linear_model):
+    # --processes 2 (the default on 8-11 cores): one instance, two worker processes, each on
+    # its hash partition with its own model, journal and summary.
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(10):
+        (inp / f"{i}.jsonl").write_text(f"[{i}, 1, 2]\n[{i}, 3, 4]\n")
+    common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/json",
+                  assemble_with="Line")
+    one = run_transform(output=str(tmp_path / "one"), processes=1, **common)
+    two = run_transform(output=str(tmp_path / "two"), processes=2, **common)
+    assert one.ok and one.processes == 1 and set(one.batches) == {"0:" + n.split(":", 1)[1] for n in one.batches}
+    assert two.ok and two.objects == 10 and (two.instances, two.processes) == (1, 2), two.summary()
+    assert {name.split(":")[0] for name in two.batches} == {"0", "1"}
+    assert _outs(tmp_path / "one") == _outs(tmp_path / "two") and len(_outs(tmp_path / "two")) == 10
+    # The ledger is the job's, whatever ran it: the same job with one process finds it all done.
+    again = run_transform(output=str(tmp_path / "two"), processes=1, **common)
+    assert again.ok and again.objects == 0 and again.skipped == 10, again.summary()
+
+
 def _keys(root: Path) -> list[str]:
     return [p.relative_to(root).as_posix() for p in root.rglob("*.jsonl")]
 

@@ -1,0 +1,106 @@
+"""How many worker processes the local engine gives each instance, and the cores each gets
+(pure functions and a fake cgroup folder: no processes, no TensorFlow)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tfbatch.engines.local import CORES_PER_PROCESS, MAX_AUTO_PROCESSES, processes_per_instance
+from tfbatch.runtime.placement import usable_cores
+from tfbatch.storage import ObjectRef
+from tfbatch.transform.instance import InstanceRunner
+from tfbatch.transform.cli import add_transform_arguments, spec_from_args
+from tfbatch.transform.plan import JobInputs, instance_of
+from tfbatch.transform.spec import TransformSpec
+
+
+def parse(*argv: str) -> TransformSpec:
+    p = argparse.ArgumentParser()
+    add_transform_arguments(p)
+    return spec_from_args(p.parse_args(["--model", "m", "--input", "s3://b/in/", "--output", "s3://b/out/", *argv]))
+
+
+def _spec(**fields) -> TransformSpec:
+    return TransformSpec.build(model="m", input="s3://b/in/", output="s3://b/out/", **fields)
+
+
+def test_one_process_per_four_cores_without_a_gpu():
+    spec = _spec()
+    assert CORES_PER_PROCESS == 4
+    # The development VM (2 cores) and small machines keep today's one process.
+    assert [processes_per_instance(spec, cores, [[]]) for cores in (1, 2, 4, 7)] == [1, 1, 1, 1]
+    assert [processes_per_instance(spec, cores, [[]]) for cores in (8, 16, 31)] == [2, 4, 7]
+    # Each process holds its own TensorFlow and model: capped.
+    assert processes_per_instance(spec, 256, [[]]) == MAX_AUTO_PROCESSES
+
+
+def test_instances_on_one_machine_split_its_cores_first():
+    spec = _spec(instance_count=2)
+    assert processes_per_instance(spec, 16, [[], []]) == 2
+    assert processes_per_instance(spec, 8, [[], []]) == 1
+    assert processes_per_instance(_spec(instance_count=8), 16, [[]] * 8) == 1
+
+
+def test_a_gpu_keeps_one_process_and_the_flag_wins():
+    assert processes_per_instance(_spec(), 64, [["0"]]) == 1
+    assert processes_per_instance(_spec(processes=3), 2, [[]]) == 3
+    assert processes_per_instance(_spec(processes=1), 64, [[]]) == 1
+    assert processes_per_instance(_spec(processes=2), 64, [["0"]]) == 2
+
+
+def test_the_flag_is_a_parallelism_knob():
+    spec = parse("--processes", "4")
+    assert spec.processes == 4 and parse().processes is None
+    assert spec.fingerprint() == parse().fingerprint()  # a resumed job may change it and keep its ledger
+    with pytest.raises(Exception, match="processes"):
+        parse("--processes", "0")
+
+
+def test_usable_cores_follows_a_cgroup_quota(tmp_path, monkeypatch):
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(16)))
+    assert usable_cores(str(tmp_path)) == 16  # no cpu.max: the affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert usable_cores(str(tmp_path)) == 16
+    (tmp_path / "cpu.max").write_text("250000 100000\n")  # docker --cpus 2.5
+    assert usable_cores(str(tmp_path)) == 2
+    (tmp_path / "cpu.max").write_text("50000 100000\n")
+    assert usable_cores(str(tmp_path)) == 1
+    (tmp_path / "cpu.max").write_text("6400000 100000\n")  # a quota above the affinity
+    assert usable_cores(str(tmp_path)) == 16
+    (tmp_path / "cpu.max").write_text("garbage")
+    assert usable_cores(str(tmp_path)) == 16
+
+
+def test_each_process_of_an_instance_gets_its_share_of_the_cores(monkeypatch):
+    monkeypatch.setattr("tfbatch.runtime.placement.usable_cores", lambda *a: 16)
+    spec = _spec(instance_count=4)
+    runners = [InstanceRunner(spec, i) for i in range(4)]
+    assert [r.cores() for r in runners] == [4, 4, 4, 4]
+    assert [r.handler_workers() for r in runners] == [4, 4, 4, 4]
+    assert InstanceRunner(_spec(), 0).cores() == 16
+    assert InstanceRunner(_spec(instance_count=32), 0).cores() == 1  # never none
+
+
+def test_a_planned_pass_can_be_assigned_to_more_processes_before_it_starts():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(600)]
+    totals = []
+    inputs = JobInputs(iter(refs), 1, {"k0"}, on_total=totals.append, page_size=100)
+    four = inputs.replanned(4)
+    pairs = list(four)
+    assert [r for _i, r in pairs] == refs[1:] and all(i == instance_of(r.key, 4) for i, r in pairs)
+    assert sum(four.skipped) == 1 and len(four.skipped) == 4 and totals == [599]
+    started = JobInputs(iter(refs), 1, page_size=100)
+    next(iter(started))
+    with pytest.raises(ValueError, match="already under way"):
+        started.replanned(2)
+
+
+def test_ray_refuses_processes_rather_than_ignore_them():
+    pytest.importorskip("ray")
+    from tfbatch.engines import get_engine
+    from tfbatch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--processes 2 is the local engine's.*--instance-count"):
+        get_engine("ray").run(_spec(processes=2), lambda result: None)
