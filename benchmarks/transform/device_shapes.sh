@@ -18,6 +18,7 @@
 #    run stopped at its limit still returns what finished). Data is made there
 #    (benchmarks.transform.shape_data makes JPEGs on every core).
 # Locally (a dry run of the steps): SKIP_INSTALL=1 PY=.venv/bin/python OUT=/tmp/o SCALE=0.1 bash $0
+# PROCS_AB=1: also one worker process (--processes 1) against the default, on the largest JPEG set.
 cd "$(dirname "$0")/../.." || exit 1
 D=.dev16
 PY=${PY:-python3}
@@ -49,6 +50,25 @@ for s in ${SHAPES:-jpeg-script jpeg-float jpeg-bytes tfrecord jpeg-float-script 
      | grep -E "^\||rror|Trace" | tail -6
   save
 done
+if [ -n "$PROCS_AB" ]; then
+  # One worker process against the default (one per 4 cores here) on the same JPEGs, alternating:
+  # whole job wall time and the job's own records/s (report.json), outputs compared.
+  J=$(ls -d $WD/jpegs-*/input | sort -t- -k2 -n | tail -1)
+  for round in 1 2; do
+    for arch in tiny/model-noscript.tar.gz tiny/model.tar.gz float64/model-noscript.tar.gz; do
+      for P in 1 auto; do
+        flag=""; [ $P = 1 ] && flag="--processes 1"; o=/tmp/procs-$P; rm -rf $o
+        s0=$(date +%s.%N)
+        timeout ${PER_PROCS:-120} $PY -m tfbatch transform --model $WD/models/$arch --input $J --content-type application/x-image \
+          --output $o --progress off $flag > /dev/null 2>&1
+        s1=$(date +%s.%N)
+        $PY -c "import json,sys; r=json.load(open('$o/_tfbatch/report.json')); print('procs', '$arch', '$P', 'round', $round, 'wall %.2f' % ($s1-$s0), 'objects', r['succeeded'], 'processes', r.get('processes'), 'rec/s', r['records_per_second'])" | tee -a $RES/procs.txt
+      done
+      [ -d /tmp/procs-1 ] && diff -rq -x _tfbatch /tmp/procs-1 /tmp/procs-auto > /dev/null && echo "procs $arch outputs agree" | tee -a $RES/procs.txt
+    done
+    save
+  done
+fi
 if [ -n "$PYSPY" ]; then
   # where the job's time goes on this many cores: every thread (what runs, and idle waits), then
   # only the GIL's holder (how much of the wall time one core's worth of Python is busy)

@@ -19,6 +19,7 @@ handler worker) and every other URL still reach the live loopback endpoints.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import weakref
 from typing import Any
@@ -86,8 +87,13 @@ def _install() -> None:
         return adapter if service_for(url) is not None else original_adapter(self, url)
 
     def request(method, url, **kwargs):
-        if service_for(url) is None:
+        service = service_for(url)
+        if service is None:
             return original_request(method, url, **kwargs)
+        if kwargs.keys() <= _DIRECT_KWARGS:
+            response = _direct(service, adapter, method, url, kwargs)
+            if response is not None:
+                return response
         session = getattr(_sessions, "session", None)
         if session is None:
             session = _sessions.session = requests.Session()
@@ -97,6 +103,41 @@ def _install() -> None:
     requests.Session.get_adapter = get_adapter
     requests.api.request = request
     _installed = True
+
+
+# requests.post(url, data=body) (headers and timeout change nothing in process): answered
+# without the Session's request preparation, which took ~190 us of the GIL per call on the dev
+# VM, more than the in-process answer's own Python (benchmarks/transform/profile/handler.md).
+_DIRECT_KWARGS = frozenset({"data", "json", "headers", "timeout"})  # json only as None (requests.post passes it)
+
+
+def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict) -> Any:
+    """What ``Session.request`` returns for a plain call, or None where it must go that way
+    (a ``json=`` body, a body other than bytes or text, a query string, a URL it would rewrite)."""
+    import time
+
+    from requests.models import PreparedRequest
+    from requests.utils import default_headers
+
+    from tfbatch.handlers.service import make_response
+
+    body = kwargs.get("data") or None  # as requests: an empty body is no body
+    if kwargs.get("json") is not None or body is not None and not isinstance(body, (bytes, str)):
+        return None
+    if not isinstance(url, str) or not url.isascii() or "?" in url or "#" in url or " " in url:
+        return None
+    started = time.perf_counter()
+    status, content = _answer(service, method.upper(), urlsplit(url).path, body)
+    prepared = PreparedRequest()
+    prepared.method, prepared.url, prepared.body = method.upper(), url, body
+    prepared.headers = default_headers()
+    prepared.headers.update(kwargs.get("headers") or {})
+    if body is not None:
+        prepared.headers["Content-Length"] = str(len(body.encode("utf-8") if isinstance(body, str) else body))
+    response = make_response(status, content, url)
+    response.request, response.connection = prepared, adapter
+    response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
+    return response
 
 
 class LocalAdapter(BaseAdapter):

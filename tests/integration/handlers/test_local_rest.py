@@ -91,3 +91,26 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
     with pytest.raises(requests.ConnectionError):  # unregistered: requests dials it too
         requests.post(f"http://localhost:{port}/v1/models/model:predict", data=b"{}", timeout=10)
     del service
+
+
+def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live):
+    # requests.post(url, data=...) is answered without Session.request (handlers/local_rest._direct);
+    # json= bodies, query strings and a script's own Session still go through it: same answer,
+    # and the response carries what a Session's would.
+    _, base = live
+    url = base + ":predict"
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
+    expected = _over_http("POST", url, body.encode())
+    plain = requests.post(url, data=body, headers={"X-Trace": "1"}, timeout=5)
+    assert (plain.status_code, plain.json()) == expected
+    assert plain.request.method == "POST" and plain.request.url == url and plain.request.body == body
+    assert plain.request.headers["X-Trace"] == "1" and plain.request.headers["Content-Length"] == str(len(body))
+    assert plain.url == url and plain.ok and plain.elapsed.total_seconds() >= 0
+    assert isinstance(plain.connection, local_rest.LocalAdapter)
+    with requests.Session() as session:
+        routed = [requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}),
+                  requests.post(url + "?trace=1", data=body), session.post(url, data=body)]
+    for response in routed:
+        assert (response.status_code, response.json()) == expected
+        assert isinstance(response.connection, local_rest.LocalAdapter)
+    assert requests.get(base).json() == _over_http("GET", base)[1]  # no body at all
