@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+import pytest
+
 from tfbatch import run_transform
 
 from tests.integration.transform.ledger_files import done_keys, forget
@@ -49,7 +52,8 @@ def _cli(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_model):
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_model, processes):
     inp = tmp_path / "in"
     (inp / "sub").mkdir(parents=True)
     for i in range(24):
@@ -57,7 +61,8 @@ def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_mode
             "".join(json.dumps([i, j]) + "\n" for j in range(2)))
     # One row per model batch at 0.25 s each: the job takes ~6 s, long enough to kill it midway.
     args = ["--model", str(slow_model), "--input", str(inp), "--split-type", "Line", "--content-type",
-            "application/json", "--assemble-with", "Line", "--max-batch-size", "1", "--max-concurrent-transforms", "4"]
+            "application/json", "--assemble-with", "Line", "--max-batch-size", "1", "--max-concurrent-transforms", "4",
+            "--processes", processes]
     killed_out, reference_out = tmp_path / "killed", tmp_path / "reference"
     proc = _cli([*args, "--output", str(killed_out)])
     deadline = time.monotonic() + 120
@@ -66,8 +71,13 @@ def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_mode
             break
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
+    # With --processes 2 the objects run in two spawned worker processes: they must go with it.
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    assert len([w for w in workers if "spawn_main" in " ".join(w.cmdline())]) == (2 if processes == "2" else 0)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=60)
+    assert not alive, alive
     finished = len(done_keys(killed_out))
     assert 5 <= finished < 24
 
