@@ -33,6 +33,7 @@ import time
 import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from tfbatch.errors import ConfigError
@@ -51,6 +52,10 @@ CHUNK = 256  # objects per message to a worker
 # holder at 115 us per record (sixteen-cores.md); a model that is dearer per record keeps
 # more cores busy in TensorFlow's own threads, which more processes share out the same way.
 CORES_PER_PROCESS = 4
+# A single ``handler`` keeps ~1.3 cores busy from one process (dev VM, jpeg-handler). On 2
+# cores a second process ran 20,000 JPEGs in 20 % less time but cost a 200-JPEG job 1-1.5 s
+# (its own TensorFlow start-up on the same two cores): so 2 cores keep one, --processes 2 asks.
+HANDLER_CORES_PER_PROCESS = 2
 MAX_AUTO_PROCESSES = 8  # each process holds its own TensorFlow runtime and copy of the model
 CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
 END = None  # the last message on a worker's key queue
@@ -80,7 +85,18 @@ class LocalEngine:
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
         devices = gpu_plan(spec)
-        per = processes_per_instance(spec, usable_cores(), devices)
+        artifact = _open_once(spec)
+        try:
+            return self._run(spec, emit, stop, inputs, devices, artifact)
+        finally:
+            if artifact is not None:
+                artifact.cleanup()
+
+    def _run(self, spec: TransformSpec, emit: Emit, stop, inputs: JobInputs | None, devices: list[list[str]],
+             artifact) -> list[InstanceSummary]:
+        folder = str(artifact.root) if artifact is not None else None
+        per = processes_per_instance(spec, usable_cores(), devices,
+                                     single_handler=artifact is not None and single_handler(artifact))
         if per > 1:
             # Each process is an instance of its own to the rest of the job (its hash partition,
             # its journal, its summary); the instance's GPUs, if any were given, go to all of them.
@@ -93,16 +109,17 @@ class LocalEngine:
             if spec.gpus_per_instance is not None and "tensorflow" not in sys.modules:
                 os.environ.update(instance_env(devices[0]))
             # The listing runs here, lazily: the instance iterates it on a thread of its own.
-            summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs), prefetch=True)
+            summary = _run_instance(spec, 0, 1, emit, stop, (ref for _i, ref in inputs), prefetch=True,
+                                    artifact_dir=folder)
             summary.skipped += inputs.skipped[0]
             return [summary]
-        summaries = self._run_processes(spec, emit, devices, stop, inputs)
+        summaries = self._run_processes(spec, emit, devices, stop, inputs, folder)
         for s in summaries:
             s.skipped += inputs.skipped[s.instance]
         return summaries
 
     def _run_processes(self, spec: TransformSpec, emit: Emit, devices: list[list[str]], stop,
-                       inputs: JobInputs) -> list[InstanceSummary]:
+                       inputs: JobInputs, artifact_dir: str | None = None) -> list[InstanceSummary]:
         ctx = mp.get_context("spawn")
         messages = ctx.Queue()
         shared_stop = ctx.Event()
@@ -113,7 +130,7 @@ class LocalEngine:
             ctx.Process(
                 target=_worker_main,
                 args=(spec.model_dump(), i, spec.instance_count, messages, os.getpid(), instance_env(devices[i]),
-                      shared_stop, keys[i]),
+                      shared_stop, keys[i], artifact_dir),
                 name=f"tfbatch-instance-{i}",
                 daemon=True,
             )
@@ -208,10 +225,11 @@ def _chunks_from(keys) -> Iterator[list]:
 
 
 def _run_instance(spec: TransformSpec, instance: int, count: int, emit: Emit, stop=None,
-                  refs: Iterable[ObjectRef] | None = None, prefetch: bool | None = None) -> InstanceSummary:
+                  refs: Iterable[ObjectRef] | None = None, prefetch: bool | None = None,
+                  artifact_dir: str | None = None) -> InstanceSummary:
     from tfbatch.transform.instance import InstanceRunner
 
-    runner = InstanceRunner(spec, instance, count)
+    runner = InstanceRunner(spec, instance, count, artifact_dir=artifact_dir)
     try:
         runner.open()
     except Exception as exc:
@@ -230,16 +248,49 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(3)
 
 
-def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[str]]) -> int:
+def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[str]], *,
+                           single_handler: bool = False) -> int:
     """Worker processes for each of the job's instances: ``--processes``, else 1 where a GPU
     is given to an instance (one process drives it), else one per ``CORES_PER_PROCESS`` of
-    the instance's share of ``cores`` (at most ``MAX_AUTO_PROCESSES``), so 1 below 8 cores."""
+    the instance's share of ``cores``, so 1 below 8 cores; for a script with a single
+    ``handler``, whose Python (model calls included) all runs on its process's GIL, one per
+    ``HANDLER_CORES_PER_PROCESS``; at most ``MAX_AUTO_PROCESSES``."""
     if spec.processes is not None:
         return spec.processes
     if any(devices):
         return 1
     share = cores // spec.instance_count
-    return max(1, min(MAX_AUTO_PROCESSES, share // CORES_PER_PROCESS))
+    per = HANDLER_CORES_PER_PROCESS if single_handler else CORES_PER_PROCESS
+    return max(1, min(MAX_AUTO_PROCESSES, share // per))
+
+
+def _open_once(spec: TransformSpec):
+    """The job's artifact, extracted (or downloaded) here once for every process of the job,
+    or None where that fails: each instance then opens it itself and reports the error as
+    its own failure, as it always has."""
+    from tfbatch.artifact import open_artifact
+
+    try:
+        return open_artifact(spec.model)
+    except Exception:  # noqa: BLE001 - the instances open it again and say why it failed
+        log.debug("opening %s in the engine failed; the instances will", spec.model, exc_info=True)
+        return None
+
+
+def single_handler(artifact) -> bool:
+    """Whether the artifact's ``inference.py`` defines a top-level ``handler`` (which SageMaker
+    prefers to an input/output pair), read without running it."""
+    import ast
+
+    script = artifact.inference_script
+    if script is None:
+        return False
+    try:
+        tree = ast.parse(Path(script).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "handler"
+               for node in tree.body)
 
 
 def gpu_plan(spec: TransformSpec) -> list[list[str]]:
@@ -300,7 +351,7 @@ class _ResultBatches:
 
 
 def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_pid: int,
-                 env: dict[str, str] | None = None, stop=None, keys=None) -> None:
+                 env: dict[str, str] | None = None, stop=None, keys=None, artifact_dir: str | None = None) -> None:
     # Spawned, so TensorFlow is not imported yet: it reads CUDA_VISIBLE_DEVICES on first use.
     os.environ.update(env or {})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True, name="parent-watch").start()
@@ -308,7 +359,7 @@ def _worker_main(spec_fields: dict, instance: int, count: int, messages, parent_
     try:
         spec = TransformSpec(**spec_fields)
         refs = refs_from_chunks(_chunks_from(keys)) if keys is not None else None
-        summary = _run_instance(spec, instance, count, results, stop, refs)
+        summary = _run_instance(spec, instance, count, results, stop, refs, artifact_dir=artifact_dir)
     except BaseException as exc:  # noqa: BLE001 - reported as the instance's failure
         summary = InstanceSummary(instance=instance, fatal=f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     results.close()

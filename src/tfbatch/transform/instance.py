@@ -124,8 +124,11 @@ def join_kind(spec: TransformSpec, service, filtering: bool) -> str | None:
 
 class InstanceRunner:
     def __init__(self, spec: TransformSpec, instance: int = 0, instance_count: int | None = None,
-                 host_instances: int | None = None):
+                 host_instances: int | None = None, artifact_dir: str | None = None):
         self.spec = spec
+        # The job's model artifact already extracted (or downloaded) by the engine, used in
+        # place: N processes of a job open it once, not N times. None: open spec.model here.
+        self.artifact_dir = artifact_dir
         self.instance = instance
         self.instance_count = instance_count or spec.instance_count
         # Instances of this job sharing this machine's cores (default: all of them, as local
@@ -211,7 +214,7 @@ class InstanceRunner:
         from tfbatch.artifact import open_artifact
         from tfbatch.handlers.defaults import is_image
 
-        artifact = open_artifact(self.spec.model)
+        artifact = open_artifact(self.artifact_dir or self.spec.model)
         if artifact.inference_script is None and not is_image(self.spec.content_type) and self.handler_workers() > 0:
             from tfbatch.handlers.pooled import script_init
 
