@@ -50,8 +50,6 @@ def runtime_settings(spec: TransformSpec):
     )
 
 
-
-
 def _freeze_heap() -> None:
     """Leave the loaded model's objects out of every later garbage collection.
 

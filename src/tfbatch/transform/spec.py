@@ -79,7 +79,8 @@ class TransformSpec(BaseModel):
     lane_workers: int | None = Field(default=None, ge=1, le=64)
     # The local engine's worker processes per instance (each loads the model and runs a hash
     # partition of the instance's objects); None: one per CORES_PER_PROCESS cores of the
-    # instance's share where no GPU is given to it (engines/local.processes_per_instance).
+    # instance's share (per 2 for a single-handler script) where no GPU is given to it
+    # (engines/local.processes_per_instance).
     processes: int | None = Field(default=None, ge=1, le=64)
     # Also redo objects an earlier run finished with recorded bad-input failures.
     retry_failed: bool = False
