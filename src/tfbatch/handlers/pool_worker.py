@@ -45,6 +45,7 @@ from tfbatch.handlers.service import (
     parse_handler_body,
     user_result,
 )
+from tfbatch.tfs.codec import fast_b64decode, strict_b64decode
 
 log = logging.getLogger(__name__)
 
@@ -272,27 +273,8 @@ class Worker:
         return _final(user_result(call_user("output_handler", self.handlers.output_handler, response, ctx)))
 
 
-def _strict_b64decode(text: str) -> bytes:
-    import binascii
-
-    return binascii.a2b_base64(text, strict_mode=True)
-
-
-def _pick_b64decode():
-    """pybase64's SIMD decoder (a 22 KB JPEG: 4 us against binascii's 60), else binascii's.
-
-    Both refuse everything ``b64decode(validate=True)`` refuses; pybase64 refuses a little
-    more (padding after a whole quantum), and a refused value takes the general path, which
-    decides it as before. So which one is installed changes the speed, never an answer.
-    """
-    try:
-        import pybase64
-    except ImportError:
-        return _strict_b64decode
-    return lambda text: pybase64.b64decode(text, validate=True)
-
-
-_b64decode = _pick_b64decode()
+# pybase64's SIMD decoder where installed (tfs/codec.py), binascii's strict one otherwise.
+_b64decode, _strict_b64decode = fast_b64decode, strict_b64decode
 
 
 class _Images:

@@ -240,7 +240,34 @@ def _reject_objects(arr: np.ndarray, info: TensorInfo) -> None:
             )
 
 
+def strict_b64decode(text: str) -> bytes:
+    """binascii's strict decoder: refuses everything ``b64decode(validate=True)`` refuses, and more."""
+    return binascii.a2b_base64(text, strict_mode=True)
+
+
+def _pick_b64decode():
+    """pybase64's SIMD decoder (a 22 KB JPEG: 4 us against the standard library's 60), else
+    binascii's strict one.
+
+    Both refuse everything ``b64decode(validate=True)`` refuses; they refuse a little more
+    (pybase64: padding after a whole quantum), and a value they refuse is decided by the
+    standard library. So which one is installed changes the speed, never an answer.
+    """
+    try:
+        import pybase64
+    except ImportError:
+        return strict_b64decode
+    return lambda text: pybase64.b64decode(text, validate=True)
+
+
+fast_b64decode = _pick_b64decode()
+
+
 def _b64decode(text: str, key: str) -> bytes:
+    try:
+        return fast_b64decode(text)
+    except (binascii.Error, ValueError):
+        pass  # refused: the standard library decides (it accepts a little more)
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
