@@ -18,7 +18,7 @@
 #    run stopped at its limit still returns what finished). Data is made there
 #    (benchmarks.transform.shape_data makes JPEGs on every core).
 # Locally (a dry run of the steps): SKIP_INSTALL=1 PY=.venv/bin/python OUT=/tmp/o SCALE=0.1 bash $0
-# PROCS_AB=1: also one worker process (--processes 1) against the default, on the largest JPEG set.
+# PROCS_AB=1: first, one worker process (--processes 1) against the default, on 5,000 x SCALE JPEGs.
 cd "$(dirname "$0")/../.." || exit 1
 D=.dev16
 PY=${PY:-python3}
@@ -43,19 +43,14 @@ if [ -z "$NO_BF16" ] && [ -n "$flags" ]; then
      --out $RES/bf16.json --note "$NOTE; flags: $flags" 2>&1 | grep -E "^\[|speedup|same_top1|rows|max_abs|Error|Trace" | tail -30
   save
 fi
-for s in ${SHAPES:-jpeg-script jpeg-float jpeg-bytes tfrecord jpeg-float-script recordio-multi csv}; do
-  echo "== $s at $(( $(date +%s) - t0 )) s"
-  timeout ${PER:-100} $PY -m benchmarks.transform.shapes --shapes $s --scale ${SCALE:-1} --table-scale ${SCALE:-1} --repeat 1 \
-     --contenders ${CONTENDERS:-abc} --timeout ${PER_CONTENDER:-60} --workdir $WD --out $RES/$s.json --note "$NOTE" 2>&1 \
-     | grep -E "^\||rror|Trace" | tail -6
-  save
-done
 if [ -n "$PROCS_AB" ]; then
   # One worker process against the default (one per 4 cores here) on the same JPEGs, alternating:
-  # whole job wall time and the job's own records/s (report.json), outputs compared.
-  J=$(ls -d $WD/jpegs-*/input | sort -t- -k2 -n | tail -1)
+  # whole job wall time and the job's own records/s (report.json), outputs compared. First, so
+  # that a lease that runs out still answers it; makes the 5,000 x SCALE JPEGs it needs.
+  echo "== processes A/B at $(( $(date +%s) - t0 )) s"
+  J=$($PY -c "from pathlib import Path; from benchmarks.transform import shape_data as d; print(d.jpegs(Path('$WD'), round(5000 * ${SCALE:-1})))")
   for round in 1 2; do
-    for arch in tiny/model-noscript.tar.gz tiny/model.tar.gz float64/model-noscript.tar.gz; do
+    for arch in tiny/model-noscript.tar.gz tiny/model.tar.gz tiny/handler.tar.gz float64/model-noscript.tar.gz; do
       for P in 1 auto; do
         flag=""; [ $P = 1 ] && flag="--processes 1"; o=/tmp/procs-$P; rm -rf $o
         s0=$(date +%s.%N)
@@ -69,6 +64,13 @@ if [ -n "$PROCS_AB" ]; then
     save
   done
 fi
+for s in ${SHAPES:-jpeg-script jpeg-float jpeg-bytes tfrecord jpeg-float-script recordio-multi csv}; do
+  echo "== $s at $(( $(date +%s) - t0 )) s"
+  timeout ${PER:-100} $PY -m benchmarks.transform.shapes --shapes $s --scale ${SCALE:-1} --table-scale ${SCALE:-1} --repeat 1 \
+     --contenders ${CONTENDERS:-abc} --timeout ${PER_CONTENDER:-60} --workdir $WD --out $RES/$s.json --note "$NOTE" 2>&1 \
+     | grep -E "^\||rror|Trace" | tail -6
+  save
+done
 if [ -n "$PYSPY" ]; then
   # where the job's time goes on this many cores: every thread (what runs, and idle waits), then
   # only the GIL's holder (how much of the wall time one core's worth of Python is busy)
