@@ -312,8 +312,8 @@ def gpu_plan(spec: TransformSpec) -> list[list[str]]:
 
 
 class _ResultBatches:
-    """A worker's ``ObjectResult`` messages, sent as lists: one every ``FLUSH_S`` or every
-    ``FLUSH_AT`` results, whichever comes first. Per message the parent pays a poll, a pipe
+    """A worker's ``ObjectResult`` messages, sent as lists: one every ``FLUSH_S``, every
+    ``FLUSH_AT`` results or at a failure, whichever comes first. Per message the parent pays a poll, a pipe
     read and an unpickle (53 us per object with one message each, most of it that, on the dev
     VM), which at the thousands of objects per second of several processes is most of a core."""
 
@@ -329,8 +329,9 @@ class _ResultBatches:
     def __call__(self, result: ObjectResult) -> None:
         with self.lock:
             self.pending.append(result)
-            full = len(self.pending) >= self.FLUSH_AT
-        if full:
+            # A failure goes at once: the parent's --max-error-rate guard counts it.
+            now = len(self.pending) >= self.FLUSH_AT or not result.ok or bool(result.failures)
+        if now:
             self.flush()
 
     def flush(self) -> None:

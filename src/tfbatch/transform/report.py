@@ -161,6 +161,8 @@ class JobReport(_Counts):
             f"in {self.seconds:.1f}s"
             + (f" ({self.skipped} already done, skipped)" if self.skipped else "")
             + f"; {self.records} records, {self.failed_records} failed, {self.records_per_second:.1f} records/s"
+            + (f"; {self.processes} worker processes for {self.instances} instance(s)"
+               if self.processes > self.instances else "")
         ]
         if self.failed:
             lines.append(f"  {self.bad_input} objects with bad input (recorded; --retry-failed redoes them), "

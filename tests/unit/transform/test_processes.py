@@ -133,3 +133,33 @@ def test_ray_refuses_processes_rather_than_ignore_them():
 
     with pytest.raises(ConfigError, match="--processes 2 is the local engine's.*--instance-count"):
         get_engine("ray").run(_spec(processes=2), lambda result: None)
+
+
+def test_a_workers_results_leave_in_order_in_lists_and_failures_at_once():
+    from tfbatch.engines.local import _ResultBatches
+    from tfbatch.transform.report import ObjectResult, RecordFailure
+
+    class Batches(_ResultBatches):
+        FLUSH_S = 3600.0  # no timed flush in this test: only the count, a failure and close
+        FLUSH_AT = 3
+
+    sent: list[list[str]] = []
+    results = Batches(lambda batch: sent.append([r.key for r in batch]))
+    for key in "abcd":
+        results(ObjectResult(key, ok=True, records=1))
+    assert sent == [["a", "b", "c"]]
+    results(ObjectResult("bad", ok=False, failures=[RecordFailure("bad", None, None, "not an image")]))
+    assert sent == [["a", "b", "c"], ["d", "bad"]]  # the guard sees a failure without waiting
+    results(ObjectResult("e", ok=True))
+    results.close()
+    assert sent == [["a", "b", "c"], ["d", "bad"], ["e"]] and not results.thread.is_alive()
+    results.close()  # nothing left: nothing sent
+    assert len(sent) == 3
+
+
+def test_the_summary_says_how_many_processes_ran_the_instances():
+    from tfbatch.transform.report import JobReport
+
+    assert "worker processes" not in JobReport(objects=1, succeeded=1).summary()
+    line = JobReport(objects=1, succeeded=1, instances=1, processes=4).summary().splitlines()[0]
+    assert line.endswith("; 4 worker processes for 1 instance(s)")
