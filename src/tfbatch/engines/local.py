@@ -7,7 +7,9 @@ An instance may itself be several such processes (``processes_per_instance``): o
 keeps only a few cores busy, whatever its thread counts, because every record passes
 through Python under its one GIL (benchmarks/transform/profile/sixteen-cores.md: ~4.4 of
 16 cores); on a machine with many cores and no GPU each instance runs as one process per
-``CORES_PER_PROCESS`` cores, each on its own hash partition of the instance's objects.
+``CORES_PER_PROCESS`` cores (per ``HANDLER_CORES_PER_PROCESS`` for a script with a single
+``handler``), each on its own hash partition of the instance's objects. The model artifact
+is opened (extracted, downloaded) once, here, and its folder handed to every process.
 
 The input is listed once, here in the parent (``plan.JobInputs``): a feeder thread hands
 each worker its objects in chunks down a bounded queue of its own, so no worker lists the
@@ -15,8 +17,9 @@ prefix, and memory stays flat however long the listing (at most ``CHUNKS_QUEUED`
 per worker in flight). Workers still read the ledger for their own group commits, and a
 resumed job drops done objects in the parent before they are sent.
 
-Workers send typed, picklable messages back over one queue: an ``ObjectResult`` per object
-and an ``InstanceSummary`` at the end (a failure to even start becomes a summary with
+Workers send typed, picklable messages back over one queue: their ``ObjectResult``s in lists
+(``_ResultBatches``: every 20 ms, every 256 results or at a failure) and an ``InstanceSummary``
+at the end (a failure to even start becomes a summary with
 ``fatal`` set). A worker whose parent dies (SIGKILL of the CLI) exits on its own, so a
 killed job leaves no orphans writing outputs behind a resumed run's back.
 """
