@@ -156,8 +156,6 @@ class LocalEngine:
                 if isinstance(message, list):  # a worker's results, a batch at a time (_ResultBatches)
                     for result in message:
                         emit(result)
-                elif isinstance(message, ObjectResult):
-                    emit(message)
                 elif isinstance(message, InstanceSummary):
                     summaries[message.instance] = message
         finally:
