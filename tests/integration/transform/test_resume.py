@@ -46,6 +46,13 @@ def test_rerun_skips_finished_objects_and_redoes_the_rest(tmp_path, linear_model
     assert run_transform(**common, resume=False).objects == 6
 
 
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # gone already
+        return ""
+
+
 def _cli(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "tfbatch", "transform", *args, "--progress", "off"],
@@ -73,7 +80,7 @@ def test_sigkill_mid_job_then_resume_gives_identical_outputs(tmp_path, slow_mode
     assert proc.poll() is None, proc.communicate()
     # With --processes 2 the objects run in two spawned worker processes: they must go with it.
     workers = psutil.Process(proc.pid).children(recursive=True)
-    assert len([w for w in workers if "spawn_main" in " ".join(w.cmdline())]) == (2 if processes == "2" else 0)
+    assert len([w for w in workers if "spawn_main" in _cmdline(w)]) == (2 if processes == "2" else 0)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     gone, alive = psutil.wait_procs(workers, timeout=60)
