@@ -105,15 +105,18 @@ def _install() -> None:
     _installed = True
 
 
-# requests.post(url, data=body) (headers and timeout change nothing in process): answered
-# without the Session's request preparation, which took ~190 us of the GIL per call on the dev
-# VM, more than the in-process answer's own Python (benchmarks/transform/profile/handler.md).
-_DIRECT_KWARGS = frozenset({"data", "json", "headers", "timeout"})  # json only as None (requests.post passes it)
+# requests.post(url, data=body) and requests.get(url) (headers and timeout change nothing in
+# process) are answered without the Session's request preparation, which took ~190 us of the
+# GIL per call on the dev VM, more than the in-process answer's own Python
+# (benchmarks/transform/profile/handler.md). json and params only as None (requests.post and
+# requests.get pass them); nothing redirects in process.
+_DIRECT_KWARGS = frozenset({"data", "json", "params", "headers", "timeout", "allow_redirects"})
 
 
 def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict) -> Any:
     """What ``Session.request`` returns for a plain call, or None where it must go that way
-    (a ``json=`` body, a body other than bytes or text, a query string, a URL it would rewrite)."""
+    (a ``json=`` body, ``params``, a body other than bytes or text, a query string, a URL it
+    would rewrite)."""
     import time
 
     from requests.models import PreparedRequest
@@ -122,7 +125,9 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
     from tfbatch.handlers.service import make_response
 
     body = kwargs.get("data") or None  # as requests: an empty body is no body
-    if kwargs.get("json") is not None or body is not None and not isinstance(body, (bytes, str)):
+    if kwargs.get("json") is not None or kwargs.get("params"):
+        return None
+    if body is not None and not isinstance(body, (bytes, str)):
         return None
     if not isinstance(url, str) or not url.isascii() or "?" in url or "#" in url or " " in url:
         return None

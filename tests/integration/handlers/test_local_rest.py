@@ -93,7 +93,7 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
     del service
 
 
-def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live):
+def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live, monkeypatch):
     # requests.post(url, data=...) is answered without Session.request (handlers/local_rest._direct);
     # json= bodies, query strings and a script's own Session still go through it: same answer,
     # and the response carries what a Session's would.
@@ -101,7 +101,12 @@ def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live):
     url = base + ":predict"
     body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
     expected = _over_http("POST", url, body.encode())
+    sends = []  # Session.send, counted (and still run) to see which calls took the Session
+    send = requests.Session.send
+    monkeypatch.setattr(requests.Session, "send", lambda self, request, **kw: sends.append(request) or send(
+        self, request, **kw))
     plain = requests.post(url, data=body, headers={"X-Trace": "1"}, timeout=5)
+    assert sends == []
     assert (plain.status_code, plain.json()) == expected
     assert plain.request.method == "POST" and plain.request.url == url and plain.request.body == body
     assert plain.request.headers["X-Trace"] == "1" and plain.request.headers["Content-Length"] == str(len(body))
@@ -110,7 +115,10 @@ def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live):
     with requests.Session() as session:
         routed = [requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}),
                   requests.post(url + "?trace=1", data=body), session.post(url, data=body)]
+    assert len(sends) == 3
     for response in routed:
         assert (response.status_code, response.json()) == expected
         assert isinstance(response.connection, local_rest.LocalAdapter)
-    assert requests.get(base).json() == _over_http("GET", base)[1]  # no body at all
+    status = _over_http("GET", base)[1]
+    assert requests.get(base).json() == status and len(sends) == 3  # no body: direct too
+    assert requests.get(base, params={"a": "1"}).json() == status and len(sends) == 4
