@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 import weakref
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +29,8 @@ from urllib.parse import urlsplit
 # This module is imported only where a handler script is registered (service.py), so requests,
 # which jobs without a script never import, is loaded here only when it is needed.
 from requests.adapters import BaseAdapter
+from requests.models import PreparedRequest
+from requests.utils import default_headers
 
 from tfbatch.errors import TfbatchError, from_exception
 
@@ -117,12 +120,7 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
     """What ``Session.request`` returns for a plain call, or None where it must go that way
     (a ``json=`` body, ``params``, a body other than bytes or text, a query string, a URL it
     would rewrite)."""
-    import time
-
-    from requests.models import PreparedRequest
-    from requests.utils import default_headers
-
-    from tfbatch.handlers.service import make_response
+    from tfbatch.handlers.service import make_response  # service imports this module
 
     body = kwargs.get("data") or None  # as requests: an empty body is no body
     if kwargs.get("json") is not None or kwargs.get("params"):
@@ -132,13 +130,14 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
     if not isinstance(url, str) or not url.isascii() or "?" in url or "#" in url or " " in url:
         return None
     started = time.perf_counter()
-    status, content = _answer(service, method.upper(), urlsplit(url).path, body)
+    raw = body.encode("utf-8") if isinstance(body, str) else body  # encoded once: the answer and the length
+    status, content = _answer(service, method.upper(), urlsplit(url).path, raw)
     prepared = PreparedRequest()
     prepared.method, prepared.url, prepared.body = method.upper(), url, body
     prepared.headers = default_headers()
     prepared.headers.update(kwargs.get("headers") or {})
-    if body is not None:
-        prepared.headers["Content-Length"] = str(len(body.encode("utf-8") if isinstance(body, str) else body))
+    if raw is not None:
+        prepared.headers["Content-Length"] = str(len(raw))
     response = make_response(status, content, url)
     response.request, response.connection = prepared, adapter
     response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
