@@ -8,8 +8,10 @@ keeps only a few cores busy, whatever its thread counts, because every record pa
 through Python under its one GIL (benchmarks/transform/profile/sixteen-cores.md: ~4.4 of
 16 cores); on a machine with many cores and no GPU each instance runs as one process per
 ``CORES_PER_PROCESS`` cores (per ``HANDLER_CORES_PER_PROCESS`` for a script with a single
-``handler``), each on its own hash partition of the instance's objects. The model artifact
-is opened (extracted, downloaded) once, here, and its folder handed to every process.
+``handler``), each on its own hash partition of the instance's objects, but only as many as
+the job has ``MIN_OBJECTS_PER_PROCESS`` objects for (the engine looks at the start of the
+listing before it starts them). The model artifact is opened (extracted, downloaded) once,
+here, and its folder handed to every process.
 
 The input is listed once, here in the parent (``plan.JobInputs``): a feeder thread hands
 each worker its objects in chunks down a bounded queue of its own, so no worker lists the
@@ -55,11 +57,19 @@ CHUNK = 256  # objects per message to a worker
 # holder at 115 us per record (sixteen-cores.md); a model that is dearer per record keeps
 # more cores busy in TensorFlow's own threads, which more processes share out the same way.
 CORES_PER_PROCESS = 4
-# A single ``handler`` keeps ~1.3 cores busy from one process (dev VM, jpeg-handler). On 2
-# cores a second process ran 20,000 JPEGs in 20 % less time but cost a 200-JPEG job 1-1.5 s
-# (its own TensorFlow start-up on the same two cores): so 2 cores keep one, --processes 2 asks.
+# A single ``handler`` keeps ~1.3 cores busy from one process (dev VM, jpeg-handler): it gets
+# one process per 2 cores, and 2 from 2 cores on (on the 2-core VM 2 processes ran 20,000
+# JPEGs in 20 % less time than 1), where the job has the objects to pay for them (below).
 HANDLER_CORES_PER_PROCESS = 2
 MAX_AUTO_PROCESSES = 8  # each process holds its own TensorFlow runtime and copy of the model
+# Objects each process must have before another is started: below it the extra start-up is
+# not paid back. Two spawned processes (each importing TensorFlow and loading the model) cost
+# ~4 s more CPU than one in the job's own process; on the 2-core VM a single handler ran 200
+# JPEGs 1-1.5 s slower with 2 processes than with 1, 2,000 and 5,000 about as fast, 10,000
+# 9 % and 20,000 20-25 % faster (benchmarks/transform/profile/processes.md).
+MIN_OBJECTS_PER_PROCESS = 4000
+# How long the engine lists before it decides: a listing slower than this is taken as long.
+PEEK_SECONDS = 0.5
 CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
 END = None  # the last message on a worker's key queue
 
@@ -98,8 +108,15 @@ class LocalEngine:
     def _run(self, spec: TransformSpec, emit: Emit, stop, inputs: JobInputs | None, devices: list[list[str]],
              artifact) -> list[InstanceSummary]:
         folder = str(artifact.root) if artifact is not None else None
-        per = processes_per_instance(spec, usable_cores(), devices,
-                                     single_handler=artifact is not None and single_handler(artifact))
+        handler = artifact is not None and single_handler(artifact)
+        per = processes_per_instance(spec, usable_cores(), devices, single_handler=handler)
+        if per > 1 and spec.processes is None:
+            # Each extra process costs a TensorFlow start-up and a model load: a job with few
+            # objects keeps fewer (its listing is looked at first, and still made once).
+            inputs = inputs if inputs is not None else job_inputs(spec)
+            todo = inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
+            per = processes_per_instance(spec, usable_cores(), devices, single_handler=handler,
+                                         objects=None if todo is None else todo // spec.instance_count)
         if per > 1:
             # Each process is an instance of its own to the rest of the job (its hash partition,
             # its journal, its summary); the instance's GPUs, if any were given, go to all of them.
@@ -250,19 +267,26 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[str]], *,
-                           single_handler: bool = False) -> int:
+                           single_handler: bool = False, objects: int | None = None) -> int:
     """Worker processes for each of the job's instances: ``--processes``, else 1 where a GPU
     is given to an instance (one process drives it), else one per ``CORES_PER_PROCESS`` of
     the instance's share of ``cores``, so 1 below 8 cores; for a script with a single
     ``handler``, whose Python (model calls included) all runs on its process's GIL, one per
-    ``HANDLER_CORES_PER_PROCESS``; at most ``MAX_AUTO_PROCESSES``."""
+    ``HANDLER_CORES_PER_PROCESS`` and 2 from 2 cores on; at most ``MAX_AUTO_PROCESSES``, and
+    where the number of ``objects`` per instance is known, at most one per
+    ``MIN_OBJECTS_PER_PROCESS`` of them."""
     if spec.processes is not None:
         return spec.processes
     if any(devices):
         return 1
     share = cores // spec.instance_count
-    per = HANDLER_CORES_PER_PROCESS if single_handler else CORES_PER_PROCESS
-    return max(1, min(MAX_AUTO_PROCESSES, share // per))
+    if single_handler:
+        per = max(min(share, 2), share // HANDLER_CORES_PER_PROCESS)
+    else:
+        per = share // CORES_PER_PROCESS
+    if objects is not None:
+        per = min(per, objects // MIN_OBJECTS_PER_PROCESS)
+    return max(1, min(MAX_AUTO_PROCESSES, per))
 
 
 def _open_once(spec: TransformSpec):

@@ -58,7 +58,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--processes", type=int,
                    help="local engine: worker processes per instance, each with the model and a share of "
                         "the instance's objects and cores (default where no GPU is given: one per 4 cores, "
-                        "or per 2 for a script with a single handler; 1 on 2 cores)")
+                        "or per 2 and at least 2 for a script with a single handler; at most one per 4,000 "
+                        "objects)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
     p.add_argument("--batching-parameters-file",
                    help="TF Serving BatchingParameters text proto; its fields win over --max-batch-size, "

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+import time
+from itertools import chain, islice
 
 import numpy as np
 
@@ -132,6 +133,33 @@ class JobInputs:
         if self.listed or self.exhausted:
             raise ValueError("a listing pass already under way cannot be assigned again")
         return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size)
+
+    def peek(self, limit: int, seconds: float, clock=time.monotonic) -> int | None:
+        """How many objects the job still has to run, if the listing ends within its first
+        ``limit`` objects and ``seconds`` (checked between listing pages); else None.
+
+        The objects looked at are kept and handed out first when the pass runs, so the
+        listing is still made once. Call it before the pass starts (and before ``replanned``).
+        """
+        if self.listed or self.exhausted:
+            raise ValueError("a listing pass already under way cannot be peeked at")
+        it = iter(self.refs)
+        seen: list[ObjectRef] = []
+        start = clock()
+        ended = False
+        while len(seen) <= limit:
+            page = list(islice(it, min(self.page_size, limit + 1 - len(seen))))
+            seen.extend(page)
+            if not page:
+                ended = True
+                break
+            if clock() - start > seconds:
+                break
+        self.refs = chain(seen, it)
+        if not ended:
+            return None
+        # Objects the ledger records as done do not count (a resumed job may have few left).
+        return sum(int((~flags).sum()) for _page, _i, flags in iter_assigned_pages(seen, 1, self.done))
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
         for instances, page in self.pages():

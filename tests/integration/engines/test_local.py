@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+import pytest
 
 from tfbatch import plan_transform, run_transform
 from tfbatch.engines import get_engine
@@ -52,6 +55,41 @@ def test_an_instance_as_two_processes_writes_what_one_process_writes_and_resumes
     # The ledger is the job's, whatever ran it: the same job with one process finds it all done.
     again = run_transform(output=str(tmp_path / "two"), processes=1, **common)
     assert again.ok and again.objects == 0 and again.skipped == 10, again.summary()
+
+
+HANDLER = """
+import requests
+
+
+def handler(data, context):
+    response = requests.post(context.rest_uri, data=data.read())
+    return response.content, context.accept_header
+"""
+
+
+def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(tmp_path, linear_model, monkeypatch):
+    # The rule gives a single handler 2 processes from 2 cores, each extra one only for
+    # MIN_OBJECTS_PER_PROCESS objects, counted from the start of the listing before they start.
+    from tfbatch.engines import local
+    from tfbatch.runtime.placement import usable_cores
+
+    if usable_cores() < 2:
+        pytest.skip("the rule gives a single handler one process below 2 cores")
+    model = tmp_path / "model"
+    shutil.copytree(linear_model, model)
+    (model / "code").mkdir()
+    (model / "code" / "inference.py").write_text(HANDLER)
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for i in range(6):
+        (inp / f"{i}.json").write_text(json.dumps({"instances": [[i, 1, 2]]}))
+    common = dict(model=str(model), input=str(inp), content_type="application/json")
+    small = run_transform(output=str(tmp_path / "small"), **common)
+    assert small.ok and small.objects == 6 and small.processes == 1, small.summary()
+    monkeypatch.setattr(local, "MIN_OBJECTS_PER_PROCESS", 3)  # six objects now pay for two
+    big = run_transform(output=str(tmp_path / "big"), **common)
+    assert big.ok and big.objects == 6 and big.processes == 2, big.summary()
+    assert _outs(tmp_path / "small") == _outs(tmp_path / "big") and len(_outs(tmp_path / "big")) == 6
 
 
 def _keys(root: Path) -> list[str]:

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 
 import pytest
 
-from tfbatch.engines.local import CORES_PER_PROCESS, MAX_AUTO_PROCESSES, processes_per_instance
+from tfbatch.engines.local import CORES_PER_PROCESS, MAX_AUTO_PROCESSES, MIN_OBJECTS_PER_PROCESS, processes_per_instance
 from tfbatch.runtime.placement import usable_cores
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.instance import InstanceRunner
@@ -43,13 +44,25 @@ def test_instances_on_one_machine_split_its_cores_first():
     assert processes_per_instance(_spec(instance_count=8), 16, [[]] * 8) == 1
 
 
-def test_a_single_handler_gets_a_process_per_two_cores():
+def test_a_single_handler_gets_a_process_per_two_cores_and_two_from_two_cores():
     # Its Python, the in-process model calls included, all runs on its process's GIL
-    # (2 processes on the 2-core VM ran 20,000 JPEGs in 20 % less time than 1, but a 200-JPEG
-    # job 1-1.5 s slower: 2 cores keep one).
-    assert [processes_per_instance(_spec(), cores, [[]], single_handler=True) for cores in (1, 2, 4, 6, 64)] == [
-        1, 1, 2, 3, MAX_AUTO_PROCESSES]
+    # (2 processes on the 2-core VM ran 20,000 JPEGs in 20 % less time than 1).
+    assert [processes_per_instance(_spec(), cores, [[]], single_handler=True) for cores in (1, 2, 3, 4, 6, 64)] == [
+        1, 2, 2, 2, 3, MAX_AUTO_PROCESSES]
     assert processes_per_instance(_spec(), 8, [["0"]], single_handler=True) == 1
+
+
+def test_each_extra_process_needs_its_share_of_objects():
+    # Its start-up (TensorFlow's import, the model load) costs ~4 s of CPU on the 2-core VM:
+    # a 200-JPEG handler job ran 1-1.5 s slower with 2 processes, 5,000 as fast, 10,000 faster.
+    assert MIN_OBJECTS_PER_PROCESS == 4000
+    rule = functools.partial(processes_per_instance, _spec(), 2, [[]], single_handler=True)
+    assert [rule(objects=n) for n in (0, 200, 7999, 8000, 10**6)] == [1, 1, 1, 2, 2]
+    assert rule(objects=None) == 2  # not known: the listing was too long or too slow to wait for
+    wide = functools.partial(processes_per_instance, _spec(), 64, [[]])
+    assert [wide(objects=n) for n in (3999, 12000, 10**7)] == [1, 3, MAX_AUTO_PROCESSES]
+    # The flag is the user's choice whatever the job's size.
+    assert processes_per_instance(_spec(processes=4), 2, [[]], objects=10) == 4
 
 
 @pytest.mark.parametrize("script, expected", [
@@ -124,6 +137,51 @@ def test_a_planned_pass_can_be_assigned_to_more_processes_before_it_starts():
     next(iter(started))
     with pytest.raises(ValueError, match="already under way"):
         started.replanned(2)
+
+
+def _listing(refs, pages_seen):
+    """``refs`` as a listing that records how many pages were asked of it."""
+    for n, ref in enumerate(refs):
+        if n % 100 == 0:
+            pages_seen.append(n // 100)
+        yield ref
+
+
+def test_a_peek_counts_a_short_listing_and_hands_every_object_out_once():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(250)]
+    totals = []
+    inputs = JobInputs(iter(refs), 1, {"k0", "k7"}, on_total=totals.append, page_size=100)
+    assert inputs.peek(1000, 10.0) == 248  # done objects do not count
+    two = inputs.replanned(2)  # still not under way: the looked-at objects wait to be handed out
+    pairs = list(two)
+    assert sorted(r.key for _i, r in pairs) == sorted(r.key for r in refs[1:7] + refs[8:])
+    assert all(i == instance_of(r.key, 2) for i, r in pairs) and sum(two.skipped) == 2 and totals == [248]
+
+
+def test_a_peek_stops_at_its_limit_without_reading_the_rest():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(10_000)]
+    pages: list[int] = []
+    inputs = JobInputs(_listing(refs, pages), 1, page_size=100)
+    assert inputs.peek(300, 10.0) is None  # longer than 300: not counted
+    assert pages == [0, 1, 2, 3]  # 301 objects read, not the listing
+    assert [r for _i, r in inputs] == refs
+
+
+def test_a_slow_listing_is_taken_as_a_long_one():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(1000)]
+    now = [0.0]
+
+    def clock():  # each page takes a second
+        now[0] += 1.0
+        return now[0]
+
+    inputs = JobInputs(iter(refs), 1, page_size=100)
+    assert inputs.peek(5000, 2.5, clock=clock) is None
+    assert [r for _i, r in inputs] == refs
+    started = JobInputs(iter(refs), 1, page_size=100)
+    next(iter(started))
+    with pytest.raises(ValueError, match="already under way"):
+        started.peek(10, 1.0)
 
 
 def test_ray_refuses_processes_rather_than_ignore_them():
