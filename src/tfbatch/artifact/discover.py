@@ -251,6 +251,43 @@ def _local_path(uri: str | os.PathLike) -> Path | None:
     return Path(uri)
 
 
+# ``read_inference_script`` reads an archive only up to these sizes: it must answer quicker
+# than extracting the model would take, and a script is a few KB.
+SCRIPT_ARCHIVE_MAX_BYTES = 64 << 20
+SCRIPT_MAX_BYTES = 1 << 20
+
+
+def read_inference_script(uri: str | os.PathLike) -> bytes | None:
+    """The artifact's ``code/inference.py``, where it can be had without extracting or
+    downloading the model: from a local folder, or from a local archive of at most
+    ``SCRIPT_ARCHIVE_MAX_BYTES`` (its members streamed until the script, which is read if
+    it is a regular file of at most ``SCRIPT_MAX_BYTES``). None where there is no script,
+    the artifact is remote or larger, or it cannot be read (opening it says why)."""
+    import tarfile
+
+    local = _local_path(uri)
+    if local is None:
+        return None
+    try:
+        if local.is_dir():
+            script = local / "code" / "inference.py"
+            if not script.is_file() or script.stat().st_size > SCRIPT_MAX_BYTES:
+                return None
+            return script.read_bytes()
+        if not local.is_file() or local.stat().st_size > SCRIPT_ARCHIVE_MAX_BYTES:
+            return None
+        with tarfile.open(local, "r|*") as tar:
+            for member in tar:
+                if [p for p in member.name.split("/") if p not in ("", ".")] == ["code", "inference.py"]:
+                    if not member.isfile() or member.size > SCRIPT_MAX_BYTES:
+                        return None
+                    f = tar.extractfile(member)
+                    return f.read(SCRIPT_MAX_BYTES) if f is not None else None
+    except (OSError, tarfile.TarError, EOFError, ValueError):
+        return None
+    return None
+
+
 def open_artifact(uri: str | os.PathLike, workdir: str | os.PathLike | None = None) -> Artifact:
     """Open a model artifact: a local directory (used in place), a local archive, or any
     fsspec URI to an archive or a directory prefix (downloaded). Archives and remote

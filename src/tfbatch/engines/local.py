@@ -305,14 +305,25 @@ def _open_once(spec: TransformSpec):
 def single_handler(artifact) -> bool:
     """Whether the artifact's ``inference.py`` defines a top-level ``handler`` (which SageMaker
     prefers to an input/output pair), read without running it."""
-    import ast
-
     script = artifact.inference_script
     if script is None:
         return False
     try:
-        tree = ast.parse(Path(script).read_bytes())
-    except (OSError, SyntaxError, ValueError):
+        return defines_handler(Path(script).read_bytes())
+    except OSError:
+        return False
+
+
+def defines_handler(source: bytes | None) -> bool:
+    """Whether the script ``source`` defines a top-level ``handler``, parsed, not run (a script
+    that does not parse: False; its instance will say why)."""
+    import ast
+
+    if source is None:
+        return False
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
         return False
     return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "handler"
                for node in tree.body)

@@ -26,6 +26,10 @@ answered) and feeds them to the restarted actor, a few more times than Ray resta
 is replaced atomically with the same bytes, and a copy of a result that comes back twice is
 counted once.
 
+An instance may be several actors, as on the local engine it may be several processes, by the
+same rule (``RayEngine._with_processes``): ``--processes``, else by the cluster's free CPUs per
+instance and the job's size; each actor is then an instance of its own to the rest of the job.
+
 CPU-side work: with ``remote_read`` each chunk's bytes are fetched by a small Ray task that
 may run on any node (see ``ray_actor.read_objects``), so a GPU actor's host spends its CPUs
 on the model; docs/ray.md describes moving handler code out as well.
@@ -139,6 +143,11 @@ class RunTimeline:
 TASK_EVENTS_VAR = "RAY_task_events_report_interval_ms"
 
 
+def free_cpus() -> int:
+    """CPUs of the cluster no task or actor holds now."""
+    return int(_ray().available_resources().get("CPU", 0))
+
+
 class RayEngine:
     """Implements ``tfbatch.transform.Engine`` with the options it is built with
     (``RayOptions.from_env()`` when none are given)."""
@@ -151,9 +160,6 @@ class RayEngine:
 
     def run(self, spec: TransformSpec, emit: Emit, stop=None, inputs: JobInputs | None = None
             ) -> list[InstanceSummary]:
-        if spec.processes not in (None, 1):
-            raise ConfigError(f"--processes {spec.processes} is the local engine's (worker processes per instance); "
-                              "on Ray each instance is one actor: raise --instance-count instead")
         self.timeline = RunTimeline()
         self.timeline.mark("run")
         ray = _ray()
@@ -182,6 +188,8 @@ class RayEngine:
         try:
             from tfbatch.engines.ray_job import RayJob
 
+            spec, inputs = self._with_processes(spec, inputs)
+            self.timeline.mark("planned")
             job = RayJob(spec, emit, self.options, self.timeline, stop)
             return job.run(inputs)
         finally:
@@ -193,3 +201,39 @@ class RayEngine:
                 job = None
                 gc.collect()
                 ray.shutdown()
+
+    def _with_processes(self, spec: TransformSpec, inputs: JobInputs | None
+                        ) -> tuple[TransformSpec, JobInputs | None]:
+        """Several actors per instance where the local engine would run several processes
+        (``engines.local.processes_per_instance``, the same rule): ``--processes``, else by the
+        cluster's free CPUs per instance, a single ``handler`` read from a local artifact, and
+        the job's size (the start of its listing). Each actor is then an instance of its own to
+        the rest of the job, as each local process is."""
+        from tfbatch.artifact.discover import read_inference_script
+        from tfbatch.engines.local import (
+            MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS, defines_handler, processes_per_instance)
+        from tfbatch.engines.ray_job import job_inputs
+
+        n = spec.instance_count
+        devices = [["gpu"] if self.options.gpus_per_instance else []] * n
+        if spec.processes is not None:
+            per = spec.processes
+        elif any(devices):
+            per = 1
+        else:
+            cpus = free_cpus()
+            # Each actor holds cpus_per_instance: no more than the cluster has free now (an
+            # actor Ray cannot place would hold its partition back).
+            room = int(cpus // max(self.options.cpus_per_instance, 1e-9)) // n
+            handler = cpus >= 2 * n and defines_handler(read_inference_script(spec.model))
+            per = min(room, processes_per_instance(spec, cpus, devices, single_handler=handler))
+            if per > 1:
+                inputs = inputs if inputs is not None else job_inputs(spec, self.options)
+                todo = inputs.peek(per * n * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
+                if todo is not None:
+                    per = min(per, processes_per_instance(spec, cpus, devices, single_handler=handler,
+                                                          objects=todo // n))
+        if per <= 1:
+            return spec, inputs
+        spec = spec.model_copy(update={"instance_count": n * per})
+        return spec, (inputs.replanned(spec.instance_count) if inputs is not None else None)

@@ -33,6 +33,12 @@ INBOX_KEYS = 256
 REVIVE_RETRIES = 100
 
 
+def job_inputs(spec: TransformSpec, options: RayOptions) -> JobInputs:
+    """The listing pass the driver makes when the job did not hand it one."""
+    done = Ledger.for_spec(spec).done_keys(retry_failed=spec.retry_failed) if spec.resume else set()
+    return JobInputs.for_spec(spec, done, page_size=options.list_page_size)
+
+
 @dataclass
 class _Instance:
     """The driver's side of one actor: what it was fed, what came back, what waits to go."""
@@ -160,9 +166,7 @@ class RayJob:
         self._start_actors()
         try:
             if inputs is None:
-                ledger = Ledger.for_spec(self.spec)
-                done = ledger.done_keys(retry_failed=self.spec.retry_failed) if self.spec.resume else set()
-                inputs = JobInputs.for_spec(self.spec, done, page_size=self.options.list_page_size)
+                inputs = job_inputs(self.spec, self.options)
             self._loop(self._inputs(inputs))
             for i, skipped in enumerate(inputs.skipped):
                 self.summaries[i].skipped += skipped

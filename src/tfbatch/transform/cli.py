@@ -56,7 +56,7 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="image jobs with no script: batches read, decoded and run at once "
                         "(default: one per core of the instance's share, at least 3)")
     p.add_argument("--processes", type=int,
-                   help="local engine: worker processes per instance, each with the model and a share of "
+                   help="worker processes per instance (Ray: actors), each with the model and a share of "
                         "the instance's objects and cores (default where no GPU is given: one per 4 cores, "
                         "or per 2 and at least 2 for a script with a single handler; at most one per 4,000 "
                         "objects)")

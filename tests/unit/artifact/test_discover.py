@@ -155,3 +155,47 @@ def test_open_artifact_local_dir_used_in_place(tmp_path, fake_savedmodel):
 def test_open_artifact_missing(tmp_path):
     with pytest.raises(ArtifactError, match="does not exist"):
         open_artifact(tmp_path / "missing.tar.gz")
+
+
+SCRIPT = b"def handler(data, context):\n    return data.read(), 'x'\n"
+
+
+def test_the_script_is_read_from_a_folder_or_an_archive_without_extracting_it(tmp_path, fake_savedmodel, tar_builder):
+    import tarfile
+
+    from tfbatch.artifact.discover import read_inference_script
+
+    fake_savedmodel(tmp_path / "folder" / "1")
+    assert read_inference_script(tmp_path / "folder") is None  # no code/
+    (tmp_path / "folder" / "code").mkdir()
+    (tmp_path / "folder" / "code" / "inference.py").write_bytes(SCRIPT)
+    assert read_inference_script(str(tmp_path / "folder")) == SCRIPT
+    # An archive: the script may come after the model, under "./", in any compression.
+    def members():  # the builder takes the names out of the dicts
+        return [({"name": "1/saved_model.pb"}, b"x" * 1000), ({"name": "./code/inference.py"}, SCRIPT)]
+
+    assert read_inference_script(tar_builder(tmp_path / "m.tar.gz", members())) == SCRIPT
+    assert read_inference_script(tar_builder(tmp_path / "m.tar", members(), mode="w")) == SCRIPT
+    assert read_inference_script(f"file://{tmp_path / 'm.tar.gz'}") == SCRIPT
+    # No script, a link or a folder in its place, a remote or missing artifact, a broken archive: None.
+    assert read_inference_script(tar_builder(tmp_path / "none.tar.gz", members()[:1])) is None
+    link = [({"name": "code/inference.py", "type": tarfile.SYMTYPE, "linkname": "/etc/passwd"}, None)]
+    assert read_inference_script(tar_builder(tmp_path / "link.tar.gz", link)) is None
+    assert read_inference_script("s3://bucket/model.tar.gz") is None
+    assert read_inference_script(tmp_path / "missing.tar.gz") is None
+    (tmp_path / "broken.tar.gz").write_bytes(b"\x1f\x8b not gzip")
+    assert read_inference_script(tmp_path / "broken.tar.gz") is None
+
+
+def test_the_script_is_not_looked_for_in_large_archives_or_read_past_its_limit(tmp_path, tar_builder, monkeypatch):
+    import importlib
+
+    module = importlib.import_module("tfbatch.artifact.discover")  # the package exports a function of that name
+
+    archive = tar_builder(tmp_path / "m.tar", [({"name": "code/inference.py"}, SCRIPT)], mode="w")
+    monkeypatch.setattr(module, "SCRIPT_ARCHIVE_MAX_BYTES", archive.stat().st_size - 1)
+    assert module.read_inference_script(archive) is None  # would take longer than it saves
+    monkeypatch.setattr(module, "SCRIPT_ARCHIVE_MAX_BYTES", 1 << 20)
+    assert module.read_inference_script(archive) == SCRIPT
+    monkeypatch.setattr(module, "SCRIPT_MAX_BYTES", len(SCRIPT) - 1)
+    assert module.read_inference_script(archive) is None  # not a script anyone writes

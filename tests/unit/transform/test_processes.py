@@ -184,15 +184,6 @@ def test_a_slow_listing_is_taken_as_a_long_one():
         started.peek(10, 1.0)
 
 
-def test_ray_refuses_processes_rather_than_ignore_them():
-    pytest.importorskip("ray")
-    from tfbatch.engines import get_engine
-    from tfbatch.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="--processes 2 is the local engine's.*--instance-count"):
-        get_engine("ray").run(_spec(processes=2), lambda result: None)
-
-
 def test_a_workers_results_leave_in_order_in_lists_and_failures_at_once():
     from tfbatch.engines.local import _ResultBatches
     from tfbatch.transform.report import ObjectResult, RecordFailure

@@ -106,3 +106,43 @@ def test_command_line_engine_ray(ray_cluster, linear_model, tmp_path, write_inpu
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(read_outputs(tmp_path / "ray")) == 6
     assert read_outputs(tmp_path / "ray") == read_outputs(tmp_path / "local")
+
+
+HANDLER = """
+import requests
+
+
+def handler(data, context):
+    response = requests.post(context.rest_uri, data=data.read())
+    return response.content, context.accept_header
+"""
+
+
+def test_an_instance_runs_as_several_actors_as_the_local_engine_runs_several_processes(
+        ray_cluster, linear_model, tmp_path, write_inputs, read_outputs, monkeypatch):
+    import shutil
+
+    from tfbatch.engines import local
+
+    inputs = write_inputs(tmp_path / "in", objects=8)
+    engine = lambda: RayEngine(RayOptions.from_env(address=ray_cluster.address, cpus_per_instance=0.5))  # noqa: E731
+    one = run_transform(_spec(linear_model, inputs, tmp_path / "one").model_copy(update={"instance_count": 1}))
+    two = run_transform(_spec(linear_model, inputs, tmp_path / "two").model_copy(
+        update={"instance_count": 1, "processes": 2}), engine=engine())
+    assert one.ok and two.ok and (two.instances, two.processes, two.objects) == (1, 2, 8), two.summary()
+    assert read_outputs(tmp_path / "two") == read_outputs(tmp_path / "one") and len(read_outputs(tmp_path / "one")) == 8
+
+    # By default the local engine's rule: a single handler gets 2 from 2 free CPUs (the test
+    # cluster's), each extra one only for MIN_OBJECTS_PER_PROCESS objects.
+    model = tmp_path / "model"
+    shutil.copytree(linear_model, model)
+    (model / "code").mkdir()
+    (model / "code" / "inference.py").write_text(HANDLER)
+    handler_spec = lambda out: TransformSpec.build(  # noqa: E731
+        model=str(model), input=str(inputs), output=str(out), content_type="application/jsonlines")
+    small = run_transform(handler_spec(tmp_path / "small"), engine=engine())
+    assert small.ok and small.processes == 1, small.summary()
+    monkeypatch.setattr(local, "MIN_OBJECTS_PER_PROCESS", 4)  # eight objects now pay for two actors
+    big = run_transform(handler_spec(tmp_path / "big"), engine=engine())
+    assert big.ok and (big.instances, big.processes) == (1, 2), big.summary()
+    assert read_outputs(tmp_path / "big") == read_outputs(tmp_path / "small") and len(read_outputs(tmp_path / "big")) == 8
