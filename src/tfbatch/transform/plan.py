@@ -147,14 +147,17 @@ class JobInputs:
         seen: list[ObjectRef] = []
         start = clock()
         ended = False
-        while len(seen) <= limit:
-            page = list(islice(it, min(self.page_size, limit + 1 - len(seen))))
-            seen.extend(page)
-            if not page:
-                ended = True
-                break
-            if clock() - start > seconds:
-                break
+        try:
+            while len(seen) <= limit:
+                before = len(seen)
+                seen.extend(islice(it, min(self.page_size, limit + 1 - before)))
+                if len(seen) == before:
+                    ended = True
+                    break
+                if clock() - start > seconds:
+                    break
+        except Exception as exc:  # noqa: BLE001 - the pass meets the listing's error where it happened
+            it = _failing(exc)
         self.refs = chain(seen, it)
         if not ended:
             return None
@@ -181,6 +184,11 @@ class JobInputs:
         self.exhausted = True
         if self.on_total is not None:
             self.on_total(todo)
+
+
+def _failing(exc: BaseException) -> Iterator[ObjectRef]:
+    raise exc
+    yield  # a generator: the error comes when the pass reaches it
 
 
 def _pair_pages(pairs: Iterable[tuple[int, ObjectRef]], instance_count: int, page_size: int

@@ -167,6 +167,25 @@ def test_a_peek_stops_at_its_limit_without_reading_the_rest():
     assert [r for _i, r in inputs] == refs
 
 
+def test_a_listing_that_fails_while_peeked_at_fails_the_pass_at_the_same_place():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(150)]
+
+    def listing():
+        yield from refs
+        raise PermissionError("AccessDenied listing s3://b/in/")
+
+    def run(inputs):
+        got = []
+        with pytest.raises(PermissionError, match="AccessDenied"):
+            for _i, ref in inputs:
+                got.append(ref)
+        return got
+
+    peeked = JobInputs(listing(), 1, page_size=100)
+    assert peeked.peek(1000, 10.0) is None  # not known: the engine's rule by cores stands
+    assert run(peeked) == run(JobInputs(listing(), 1, page_size=100)) == refs[:100]  # the pages before it
+
+
 def test_a_slow_listing_is_taken_as_a_long_one():
     refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(1000)]
     now = [0.0]
