@@ -252,9 +252,13 @@ def _local_path(uri: str | os.PathLike) -> Path | None:
 
 
 # ``read_inference_script`` reads an archive only up to these sizes: it must answer quicker
-# than extracting the model would take, and a script is a few KB.
+# than extracting the model would take, and a script is a few KB. It stops after the members
+# before the script hold ``SCRIPT_SCAN_MAX_BYTES`` (a compression bomb inflates far beyond
+# its file) or ``SCRIPT_SCAN_MAX_MEMBERS`` of them.
 SCRIPT_ARCHIVE_MAX_BYTES = 64 << 20
 SCRIPT_MAX_BYTES = 1 << 20
+SCRIPT_SCAN_MAX_BYTES = 256 << 20
+SCRIPT_SCAN_MAX_MEMBERS = 10_000
 
 
 def read_inference_script(uri: str | os.PathLike) -> bytes | None:
@@ -276,13 +280,17 @@ def read_inference_script(uri: str | os.PathLike) -> bytes | None:
             return script.read_bytes()
         if not local.is_file() or local.stat().st_size > SCRIPT_ARCHIVE_MAX_BYTES:
             return None
+        scanned = 0
         with tarfile.open(local, "r|*") as tar:
-            for member in tar:
+            for count, member in enumerate(tar, 1):
                 if [p for p in member.name.split("/") if p not in ("", ".")] == ["code", "inference.py"]:
                     if not member.isfile() or member.size > SCRIPT_MAX_BYTES:
                         return None
                     f = tar.extractfile(member)
                     return f.read(SCRIPT_MAX_BYTES) if f is not None else None
+                scanned += max(member.size, 0)  # the stream reads through it to the next header
+                if scanned > SCRIPT_SCAN_MAX_BYTES or count >= SCRIPT_SCAN_MAX_MEMBERS:
+                    return None
     except (OSError, tarfile.TarError, EOFError, ValueError):
         return None
     return None

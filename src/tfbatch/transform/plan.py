@@ -12,9 +12,9 @@ bounded chunks (``iter_chunks``) instead of letting every instance list the pref
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-import time
 from itertools import chain, islice
 
 import numpy as np

@@ -199,3 +199,15 @@ def test_the_script_is_not_looked_for_in_large_archives_or_read_past_its_limit(t
     assert module.read_inference_script(archive) == SCRIPT
     monkeypatch.setattr(module, "SCRIPT_MAX_BYTES", len(SCRIPT) - 1)
     assert module.read_inference_script(archive) is None  # not a script anyone writes
+    monkeypatch.setattr(module, "SCRIPT_MAX_BYTES", 1 << 20)
+    # A bomb: members that inflate far past the archive's size are not read through to the end.
+    bomb = tar_builder(tmp_path / "bomb.tar.gz", [({"name": "1/variables.data"}, bytes(8 << 20)),
+                                                  ({"name": "code/inference.py"}, SCRIPT)])
+    assert bomb.stat().st_size < 64 << 10 and module.read_inference_script(bomb) == SCRIPT
+    monkeypatch.setattr(module, "SCRIPT_SCAN_MAX_BYTES", 1 << 20)
+    assert module.read_inference_script(bomb) is None
+    many = tar_builder(tmp_path / "many.tar.gz", [({"name": f"f{i}"}, b"") for i in range(20)]
+                       + [({"name": "code/inference.py"}, SCRIPT)])
+    assert module.read_inference_script(many) == SCRIPT
+    monkeypatch.setattr(module, "SCRIPT_SCAN_MAX_MEMBERS", 10)
+    assert module.read_inference_script(many) is None
