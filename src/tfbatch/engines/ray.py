@@ -27,7 +27,7 @@ is replaced atomically with the same bytes, and a copy of a result that comes ba
 counted once.
 
 An instance may be several actors, as on the local engine it may be several processes, by the
-same rule (``RayEngine._with_processes``): ``--processes``, else by the cluster's free CPUs per
+same rule (``RayEngine._with_processes``): ``--processes``, else by the cluster's CPUs per
 instance and the job's size; each actor is then an instance of its own to the rest of the job.
 
 CPU-side work: with ``remote_read`` each chunk's bytes are fetched by a small Ray task that
@@ -143,9 +143,12 @@ class RunTimeline:
 TASK_EVENTS_VAR = "RAY_task_events_report_interval_ms"
 
 
-def free_cpus() -> int:
-    """CPUs of the cluster no task or actor holds now."""
-    return int(_ray().available_resources().get("CPU", 0))
+def cluster_cpus() -> int:
+    """The cluster's CPUs (alive nodes), held or not: what the job's actors may be placed on.
+    Not the free ones: idle warm actors hold CPUs that their next job reuses, or that
+    ``make_room`` frees, and the rule must give a job the same actors each time it runs, or
+    its warm actors would never match it."""
+    return int(_ray().cluster_resources().get("CPU", 0))
 
 
 class RayEngine:
@@ -206,7 +209,7 @@ class RayEngine:
                         ) -> tuple[TransformSpec, JobInputs | None]:
         """Several actors per instance where the local engine would run several processes
         (``engines.local.processes_per_instance``, the same rule): ``--processes``, else by the
-        cluster's free CPUs per instance, a single ``handler`` read from a local artifact, and
+        cluster's CPUs per instance, a single ``handler`` read from a local artifact, and
         the job's size (the start of its listing). Each actor is then an instance of its own to
         the rest of the job, as each local process is."""
         from tfbatch.artifact.discover import read_inference_script
@@ -221,9 +224,9 @@ class RayEngine:
         elif any(devices):
             per = 1
         else:
-            cpus = free_cpus()
-            # Each actor holds cpus_per_instance: no more than the cluster has free now (an
-            # actor Ray cannot place would hold its partition back).
+            cpus = cluster_cpus()
+            # Each actor holds cpus_per_instance: no more than the cluster holds (an actor Ray
+            # can never place would hold its partition back for good).
             room = int(cpus // max(self.options.cpus_per_instance, 1e-9)) // n
             handler = cpus >= 2 * n and defines_handler(read_inference_script(spec.model))
             per = min(room, processes_per_instance(spec, cpus, devices, single_handler=handler))

@@ -132,7 +132,7 @@ def test_an_instance_runs_as_several_actors_as_the_local_engine_runs_several_pro
     assert one.ok and two.ok and (two.instances, two.processes, two.objects) == (1, 2, 8), two.summary()
     assert read_outputs(tmp_path / "two") == read_outputs(tmp_path / "one") and len(read_outputs(tmp_path / "one")) == 8
 
-    # By default the local engine's rule: a single handler gets 2 from 2 free CPUs (the test
+    # By default the local engine's rule: a single handler gets 2 from 2 CPUs (the test
     # cluster's), each extra one only for MIN_OBJECTS_PER_PROCESS objects.
     model = tmp_path / "model"
     shutil.copytree(linear_model, model)

@@ -267,3 +267,38 @@ def test_actor_sizes_its_handler_pool_by_the_instances_on_its_machine(ray_cluste
     assert ray.get(probe.remote(1)) == 1
     assert ray.get(probe.remote(2)) == 2
     assert ray.get(probe.remote(4)) == 4
+
+
+HANDLER = """
+import requests
+
+
+def handler(data, context):
+    response = requests.post(context.rest_uri, data=data.read())
+    return response.content, context.accept_header
+"""
+
+
+def test_actors_chosen_by_the_default_rule_are_the_same_for_the_next_job_and_reused(
+        ray_cluster, linear_model, tmp_path, write_inputs, read_outputs, drop_pool, monkeypatch):
+    # The rule counts the cluster's CPUs, not the free ones: the first job's warm actors hold
+    # CPUs while idle, and the next job must still ask for the same actors to find them.
+    import shutil
+
+    from tfbatch.engines import local
+
+    monkeypatch.setattr(local, "MIN_OBJECTS_PER_PROCESS", 4)  # eight objects pay for two actors
+    model = tmp_path / "model"
+    shutil.copytree(linear_model, model)
+    (model / "code").mkdir()
+    (model / "code" / "inference.py").write_text(HANDLER)
+    inputs = write_inputs(tmp_path / "in", objects=8)
+    spec = lambda out: TransformSpec.build(  # noqa: E731
+        model=str(model), input=str(inputs), output=str(out), content_type="application/jsonlines")
+    engines = [_engine(ray_cluster), _engine(ray_cluster)]
+    first = run_transform(spec(tmp_path / "first"), engine=engines[0])
+    second = run_transform(spec(tmp_path / "second"), engine=engines[1])
+    assert first.ok and second.ok and first.processes == second.processes == 2, (first.summary(), second.summary())
+    assert engines[1].timeline.reused == {0: True, 1: True}
+    assert engines[0].timeline.actor_pids == engines[1].timeline.actor_pids
+    assert read_outputs(tmp_path / "first") == read_outputs(tmp_path / "second")
