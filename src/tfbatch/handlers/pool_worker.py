@@ -55,8 +55,11 @@ log = logging.getLogger(__name__)
 # handlers concurrently too (gunicorn's default ``gevent`` worker class), so a hop's handler
 # calls run on up to this many threads of the worker, and the model server batches what
 # arrives together. ``SAGEMAKER_GUNICORN_WORKER_CLASS=sync``, the container's way to run one
-# request at a time per worker, keeps them one at a time here as well.
-HANDLER_CONCURRENCY = 16
+# request at a time per worker, keeps them one at a time here as well. 32: on the 2-core VM
+# the single-handler job ran 5,000 JPEGs in 6.1-6.6 s with 32 threads against 6.5-7.6 s with
+# 16 (6 rounds), 10,000 in 9.2-10.1 s against 10.1-11.3 s (3 rounds), with less CPU: the model
+# sees batches twice as large (benchmarks/transform/profile/handler.md).
+HANDLER_CONCURRENCY = 32
 
 
 def handler_concurrency(env=os.environ) -> int:
