@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfbatch.errors import ArtifactError, DependencyMissing, NotFound, UnsafeArchive
-from tfbatch.artifact.extract import safe_extract
+from tfbatch.artifact.extract import _parts, safe_extract
 
 DEFAULT_MODEL_ENV = "SAGEMAKER_TFS_DEFAULT_MODEL_NAME"
 SINGLE_MODEL_NAME = "model"
@@ -283,7 +283,7 @@ def read_inference_script(uri: str | os.PathLike) -> bytes | None:
         scanned = 0
         with tarfile.open(local, "r|*") as tar:
             for count, member in enumerate(tar, 1):
-                if [p for p in member.name.split("/") if p not in ("", ".")] == ["code", "inference.py"]:
+                if _parts(member.name) == ["code", "inference.py"]:
                     if not member.isfile() or member.size > SCRIPT_MAX_BYTES:
                         return None
                     f = tar.extractfile(member)

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -108,15 +108,8 @@ class LocalEngine:
     def _run(self, spec: TransformSpec, emit: Emit, stop, inputs: JobInputs | None, devices: list[list[str]],
              artifact) -> list[InstanceSummary]:
         folder = str(artifact.root) if artifact is not None else None
-        handler = artifact is not None and single_handler(artifact)
-        per = processes_per_instance(spec, usable_cores(), devices, single_handler=handler)
-        if per > 1 and spec.processes is None:
-            # Each extra process costs a TensorFlow start-up and a model load: a job with few
-            # objects keeps fewer (its listing is looked at first, and still made once).
-            inputs = inputs if inputs is not None else job_inputs(spec)
-            todo = inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
-            per = processes_per_instance(spec, usable_cores(), devices, single_handler=handler,
-                                         objects=None if todo is None else todo // spec.instance_count)
+        per, inputs = processes_for_job(spec, usable_cores(), devices, inputs, lambda: job_inputs(spec),
+                                        single_handler=artifact is not None and single_handler(artifact))
         if per > 1:
             # Each process is an instance of its own to the rest of the job (its hash partition,
             # its journal, its summary); the instance's GPUs, if any were given, go to all of them.
@@ -287,6 +280,28 @@ def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[s
     if objects is not None:
         per = min(per, objects // MIN_OBJECTS_PER_PROCESS)
     return max(1, min(MAX_AUTO_PROCESSES, per))
+
+
+def processes_for_job(spec: TransformSpec, cores: int, devices: list[list[str]], inputs: JobInputs | None,
+                      make_inputs: Callable[[], JobInputs], *, single_handler: bool = False,
+                      cap: int | None = None) -> tuple[int, JobInputs | None]:
+    """``processes_per_instance`` for this job, and its listing pass (made with ``make_inputs``
+    where it was needed and not given). Where the rule (at most ``cap``) gives more than one
+    and ``--processes`` is not set, the start of the listing is looked at first: each extra
+    process costs a TensorFlow start-up and a model load, so a job with few objects keeps
+    fewer. The listing is still made once. Shared by the local and Ray engines."""
+    per = processes_per_instance(spec, cores, devices, single_handler=single_handler)
+    if spec.processes is not None:
+        return per, inputs
+    if cap is not None:
+        per = min(per, cap)
+    if per > 1:
+        inputs = inputs if inputs is not None else make_inputs()
+        todo = inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
+        if todo is not None:
+            per = min(per, processes_per_instance(spec, cores, devices, single_handler=single_handler,
+                                                  objects=todo // spec.instance_count))
+    return max(1, per), inputs
 
 
 def _open_once(spec: TransformSpec):

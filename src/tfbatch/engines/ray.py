@@ -213,29 +213,21 @@ class RayEngine:
         the job's size (the start of its listing). Each actor is then an instance of its own to
         the rest of the job, as each local process is."""
         from tfbatch.artifact.discover import read_inference_script
-        from tfbatch.engines.local import (
-            MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS, defines_handler, processes_per_instance)
+        from tfbatch.engines.local import defines_handler, processes_for_job
         from tfbatch.engines.ray_job import job_inputs
 
         n = spec.instance_count
         devices = [["gpu"] if self.options.gpus_per_instance else []] * n
-        if spec.processes is not None:
-            per = spec.processes
-        elif any(devices):
-            per = 1
-        else:
+        cpus = cap = 0
+        handler = False
+        if spec.processes is None and not any(devices):
             cpus = cluster_cpus()
             # Each actor holds cpus_per_instance: no more than the cluster holds (an actor Ray
             # can never place would hold its partition back for good).
-            room = int(cpus // max(self.options.cpus_per_instance, 1e-9)) // n
+            cap = int(cpus // max(self.options.cpus_per_instance, 1e-9)) // n
             handler = cpus >= 2 * n and defines_handler(read_inference_script(spec.model))
-            per = min(room, processes_per_instance(spec, cpus, devices, single_handler=handler))
-            if per > 1:
-                inputs = inputs if inputs is not None else job_inputs(spec, self.options)
-                todo = inputs.peek(per * n * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
-                if todo is not None:
-                    per = min(per, processes_per_instance(spec, cpus, devices, single_handler=handler,
-                                                          objects=todo // n))
+        per, inputs = processes_for_job(spec, cpus, devices, inputs, lambda: job_inputs(spec, self.options),
+                                        single_handler=handler, cap=cap)
         if per <= 1:
             return spec, inputs
         spec = spec.model_copy(update={"instance_count": n * per})
