@@ -27,6 +27,7 @@ from typing import Any
 
 from tfbatch.errors import InvalidInput, ConfigError
 from tfbatch.records.jsonpath import JsonPath, compile_path
+from tfbatch.runtime import jsonenc
 
 CSV, JSON, JSONL = "csv", "json", "jsonlines"
 _KINDS = {
@@ -143,6 +144,12 @@ class DataProcessor:
     def _join_one(self, unit: bytes, output: bytes) -> bytes:
         kind, value = self._load_output(output)
         if self.in_kind == CSV:
+            if kind != CSV and self.output_path.is_identity and _plain_csv_line(unit):
+                # The common CSV join (plain row, JSON answer, no OutputFilter): the row's own
+                # bytes are what splitting and re-joining it would write.
+                _utf8(unit)
+                columns = _as_columns(value)
+                return unit + b"," + _dump_csv(columns) if columns else unit
             row = _load_csv(unit)
             if kind != CSV:
                 row.extend(_as_columns(value))
@@ -164,7 +171,7 @@ class DataProcessor:
         if kind == CSV and head[:1] in (b"{", b"["):
             # The TFS container answers JSON whatever Accept says.
             try:
-                return JSON, json.loads(output)
+                return JSON, jsonenc.loads(output)
             except ValueError:
                 pass
         if kind == CSV:
@@ -211,20 +218,24 @@ def _rejoin(units: list[bytes], trailing: bool) -> bytes:
 
 def _load_json(data: bytes, what: str) -> Any:
     try:
-        return json.loads(data)
+        return jsonenc.loads(data)
     except ValueError as exc:
         raise InvalidInput(f"DataProcessing: the {what} is not valid JSON ({exc})") from None
 
 
 def _dump_json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return jsonenc.compact_dumps(value)
+
+
+def _utf8(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
 
 
 def _load_csv(line: bytes) -> list[Any]:
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
+    text = _utf8(line)
     if not text:
         return []
     if '"' not in text:  # no quoting: str.split is exact and ~10x faster than csv
@@ -236,20 +247,33 @@ def _load_csv(line: bytes) -> list[Any]:
 
 
 def _cell(value: Any) -> str:
+    """A CSV cell: numbers keep their JSON spelling; true/false; nested values as JSON text."""
     if isinstance(value, str):
         return value
+    kind = type(value)
+    if kind is float and value - value == 0.0:  # finite: json.dumps writes float.__repr__
+        return float.__repr__(value)
+    if kind is int:
+        return int.__repr__(value)
     if value is None:
         return ""
-    return json.dumps(value)  # numbers keep JSON spelling; true/false; nested as JSON text
-
-
-_NEEDS_QUOTES = frozenset(',"\r\n')
+    return json.dumps(value)
 
 
 def _dump_csv(value: Any) -> bytes:
-    cells = [_cell(c) for c in (value if isinstance(value, list) else [value])]
-    if not any(_NEEDS_QUOTES.intersection(c) for c in cells):
-        return ",".join(cells).encode("utf-8")
+    items = value if isinstance(value, list) else [value]
+    if items and type(items[0]) in (float, int):
+        # A row of numbers (a model's answer) in one call: JSON's list text is the cells joined
+        # by commas, unless the row also holds a string, null or a nested value.
+        text = jsonenc.compact_dumps(items)[1:-1]
+        if b'"' not in text and b"[" not in text and b"{" not in text and b"null" not in text:
+            return text
+    cells = [_cell(c) for c in items]
+    text = ",".join(cells)
+    # No cell needs quoting when the text has no quote or line break and its only commas are
+    # the separators.
+    if '"' not in text and "\n" not in text and "\r" not in text and text.count(",") == max(len(cells) - 1, 0):
+        return text.encode("utf-8")
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow(cells)
     return buf.getvalue()[:-1].encode("utf-8")

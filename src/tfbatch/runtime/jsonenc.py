@@ -35,6 +35,29 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), default=_default).encode()
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def compact_dumps(value: Any) -> bytes:
+    """Exactly ``json.dumps(value, separators=(",", ":")).encode()``, ~10x sooner on numbers.
+
+    orjson writes the same bytes except in these cases, which send ``value`` to the standard
+    library: a non-ASCII character or DEL (written raw, where the standard library escapes
+    them), NaN/Infinity (written ``null``), a negative exponent (``1e-6`` against ``1e-06``), a
+    number below 1e-4 (``0.00001`` against ``1e-05``), an integer outside 64 bits or a key that
+    is not a string (orjson refuses them). The test is on the bytes, so a string that only
+    looks like one of these (holding ``null``, ``e-`` or ``0.0000``) takes the slower way too.
+    """
+    try:
+        out = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError included
+        out = None
+    if (out is not None and out.isascii() and b"\x7f" not in out and b"null" not in out
+            and b"e-" not in out and b"0.0000" not in out):
+        return out
+    return _COMPACT.encode(value).encode()
+
+
 def native_array(arr: np.ndarray) -> Any:
     """``arr`` in a form :func:`dumps` writes natively, or None when it must go through ``tolist``.
 

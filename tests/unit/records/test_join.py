@@ -167,3 +167,49 @@ def test_csv_filter_round_trips_any_cells(cells, picks):
     # and the joined row parses back to the input cells followed by the output's
     joined = DataProcessor(None, None, "Input", "text/csv", "text/csv").process_output(line, b"0.5")
     assert DataProcessor("$[:-2]", None, None, "text/csv", None).filter_input(joined) == line
+
+
+# ---- the join's fast paths write what the general rule writes -----------------------
+
+_ROW_NUMBERS = st.floats(allow_nan=True, allow_infinity=True) | st.integers(min_value=-2**70, max_value=2**70)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet="0123456789.-abcXYZ é", min_size=1, max_size=8), min_size=1, max_size=6),
+    prediction=st.lists(_ROW_NUMBERS, max_size=6),
+)
+def test_csv_join_of_a_plain_row_appends_the_answer_in_json_spelling(cells, prediction):
+    row = ",".join(cells).encode()
+    answer = json.dumps({"predictions": [prediction]}).encode()
+    joined = DataProcessor(None, None, "Input", "text/csv", None).process_output(row, answer)
+    expected = ",".join(cells + [json.dumps(v) for v in prediction])
+    assert joined == expected.encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    record=st.lists(_ROW_NUMBERS, max_size=5) | st.dictionaries(st.text(max_size=4), _ROW_NUMBERS, max_size=3),
+    prediction=st.lists(_ROW_NUMBERS, max_size=5),
+)
+def test_json_join_writes_compact_standard_json(record, prediction):
+    raw = json.dumps(record).encode()
+    answer = json.dumps({"predictions": [prediction]}).encode()
+    joined = DataProcessor(None, None, "Input", "application/jsonlines", None).process_output(raw, answer)
+    if isinstance(record, dict):
+        expected = {**record, "SageMakerOutput": {"predictions": [prediction]}}
+    else:
+        expected = {"SageMakerInput": record, "SageMakerOutput": {"predictions": [prediction]}}
+    assert joined == json.dumps(expected, separators=(",", ":")).encode()
+
+
+def test_csv_join_of_a_row_that_is_not_utf8_names_it():
+    with pytest.raises(InvalidInput, match="CSV row is not UTF-8"):
+        DataProcessor(None, None, "Input", "text/csv", None).process_output(b"1,\xff", b'{"predictions":[[0.5]]}')
+
+
+def test_csv_join_answer_with_text_or_empty_columns():
+    dp = DataProcessor(None, None, "Input", "text/csv", None)
+    assert dp.process_output(b"7,8", b'{"predictions":[[0.5,"a,b",null]]}') == b'7,8,0.5,"a,b",'
+    assert dp.process_output(b"7,8", b'{"predictions":[]}') == b"7,8"
+    assert dp.process_output(b"7,8", b'{"predictions":[[1e-7,[1,2]]]}') == b'7,8,1e-07,"[1, 2]"'

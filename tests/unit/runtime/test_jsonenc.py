@@ -58,3 +58,35 @@ def test_ten_megabyte_tensor_is_written_by_orjson_without_python_lists():
     # Written in one call: no tolist(), no per-value fallback into Python (speed itself is
     # measured in benchmarks/latency, not here).
     assert calls < 10, calls
+
+
+# ---- compact_dumps: the standard library's compact bytes, by orjson where they agree ----
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True, allow_infinity=True)
+    | st.integers(min_value=-2**80, max_value=2**80) | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def _stdlib(value):
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON_VALUES)
+def test_compact_dumps_writes_the_standard_librarys_bytes(value):
+    assert jsonenc.compact_dumps(value) == _stdlib(value)
+
+
+def test_compact_dumps_on_the_spellings_where_orjson_differs():
+    # each of these is written differently by orjson (raw UTF-8 or DEL, null for NaN, 1e-6,
+    # 0.00001, a 65-bit integer, a non-string key); the result must still be the standard one
+    for value in (["é", "\u2028"], ["\x7f"], [float("nan"), float("inf")], [1.5e-6, 2.5e-7],
+                  [0.00001, -0.000031], [2**64, -2**63 - 1], {1: 2}, ["null", "e-", "0.0000"],
+                  [0.05674915, 1e16, 1.0, -0.0, 5e-324], {"SageMakerOutput": {"predictions": [[0.5]]}}):
+        assert jsonenc.compact_dumps(value) == _stdlib(value), value
