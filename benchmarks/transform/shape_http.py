@@ -6,7 +6,9 @@ MaxPayloadInMB, framing kept), and sends each payload as one HTTP request with
 MaxConcurrentTransforms in flight. In the container, ``input_handler`` (or the default JSON /
 CSV / JSON Lines handler when there is no script) turns the payload into a TFS REST body,
 TF Serving predicts, ``output_handler`` (or pass-through) forms the answer, and the agent
-assembles each object's answers in order (AssembleWith Line: a newline after each).
+assembles each object's answers in order (AssembleWith Line: a newline after each). With
+JoinSource=Input the agent writes each record beside its prediction (CSV: appended columns;
+JSON Lines: ``{"SageMakerInput": ..., "SageMakerOutput": ...}``), as SageMaker's agent does.
 The TFS-style server is :mod:`benchmarks.transform.http_baseline`'s; this module is the client
 (agent + container handler layer in one process, as that module's client is for JPEGs).
 
@@ -86,7 +88,8 @@ def payloads(data: bytes, split_type: str, strategy: str, max_bytes: int) -> lis
 
 def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *, content_type: str,
                split_type: str, strategy: str, max_payload_mb: float, assemble: str,
-               concurrency: int = 64, model_name: str = "model") -> dict:
+               concurrency: int = 64, model_name: str = "model", join: bool = False) -> dict:
+    import orjson
     import requests
 
     from benchmarks.transform.http_baseline import load_script
@@ -130,6 +133,8 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         response = post(json.dumps(json_request(body, content_type)))
         if response.status_code != 200:
             raise ValueError(response.content.decode("utf-8", "replace"))
+        if join:
+            return _join(body, orjson.loads(response.content)["predictions"], content_type)
         return response.content
 
     failures: list[str] = []
@@ -145,6 +150,19 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         for item in pending:
             _finish(item, root, out, assemble, failures)
     return {"objects": len(files) - len(failures), "failed": failures[:5], "seconds": time.monotonic() - started}
+
+
+def _join(payload: bytes, rows: list, content_type: str) -> bytes:
+    """The agent's JoinSource=Input: each line of the payload beside its prediction row."""
+    import orjson
+
+    lines = [line for line in payload.splitlines() if line.strip()]
+    if len(lines) != len(rows):
+        raise ValueError(f"join: {len(lines)} records but {len(rows)} predictions")
+    if content_type == "text/csv":
+        return b"\n".join(line + b"," + orjson.dumps(row)[1:-1] for line, row in zip(lines, rows))
+    return b"\n".join(b'{"SageMakerInput":' + line + b',"SageMakerOutput":{"predictions":[' + orjson.dumps(row)
+                      + b"]}}" for line, row in zip(lines, rows))
 
 
 def _finish(item: tuple[Path, list], root: Path, out: Path, assemble: str, failures: list[str]) -> None:
@@ -173,11 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-payload-mb", type=float, default=6)
     parser.add_argument("--assemble-with", default="None", choices=["None", "Line"])
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--join-source", default="None", choices=["None", "Input"])
     args = parser.parse_args(argv)
     result = run_client(args.url, args.model, args.input, args.output, content_type=args.content_type,
                         split_type=args.split_type, strategy=args.batch_strategy,
                         max_payload_mb=args.max_payload_mb, assemble=args.assemble_with,
-                        concurrency=args.concurrency)
+                        concurrency=args.concurrency, join=args.join_source == "Input")
     print(json.dumps(result))
     return 0 if not result["failed"] else 1
 

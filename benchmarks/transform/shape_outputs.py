@@ -24,6 +24,8 @@ ROW_TOLERANCE = 0.02
 def rows_of_answer(answer: Any) -> list[list[float]]:
     """The prediction rows of one TFS answer, each as a flat list of floats."""
     if isinstance(answer, dict):
+        if "SageMakerOutput" in answer:  # JoinSource=Input on JSON: the prediction beside the input
+            return rows_of_answer(answer["SageMakerOutput"])
         for key in ("predictions", "outputs", "results"):
             if key in answer:
                 return rows_of_answer(answer[key])
@@ -59,7 +61,10 @@ def rows_of_text(text: str) -> list[list[float]]:
                 try:
                     rows += rows_of_answer(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"line {n} is not JSON: {exc}") from exc
+                    try:  # JoinSource=Input on CSV: the input's columns, then the prediction's
+                        rows.append([float(cell) for cell in line.split(",")])
+                    except ValueError:
+                        raise ValueError(f"line {n} is neither JSON nor a CSV row of numbers: {exc}") from exc
         return rows
 
 

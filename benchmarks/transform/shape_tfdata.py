@@ -18,7 +18,10 @@ model's signature, and a background writer thread so the model never waits on JS
   numpy_function(orjson.loads -> float32) -> batch -> prefetch`` (JSON has no TensorFlow op;
   the parse holds the GIL, as any Python parser does) -> one TFS row-format answer per file.
 * ``table``: CSV or compact JSON-array lines of 32 floats -> ``TextLineDataset -> batch ->
-  decode_csv`` (brackets stripped for JSON) -> one ``{"predictions": [...]}`` line per batch.
+  decode_csv`` (brackets stripped for JSON) -> one ``{"predictions": [...]}`` line per batch;
+  with ``--join`` (JoinSource=Input) each input line is kept beside its row and written back
+  with its prediction: ``line,p0,p1,...`` for CSV, ``{"SageMakerInput":line,"SageMakerOutput":
+  {"predictions":[row]}}`` for JSON Lines, the line's bytes spliced in as they are.
 
     python -m benchmarks.transform.shape_tfdata --kind files --model-dir DIR --input DIR --output DIR
 """
@@ -105,7 +108,7 @@ def _split_recordio(data: bytes) -> np.ndarray:
 
 
 def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_size: int, float_model: bool,
-        framing: str = "") -> dict:
+        framing: str = "", join: bool = False) -> dict:
     import tensorflow as tf
 
     started = time.monotonic()
@@ -152,36 +155,53 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                                 .batch(batch_size))
                 empty = tf.zeros([0, *spec.shape[1:]], tf.float32)
             else:
+                decode_table = _table_decoder(framing)
+
                 def records(path):
-                    lines = tf.data.TextLineDataset(path).filter(lambda s: tf.strings.length(s) > 0)
-                    return lines.batch(batch_size).map(_table_decoder(framing), num_parallel_calls=auto)
+                    lines = tf.data.TextLineDataset(path).filter(lambda s: tf.strings.length(s) > 0).batch(batch_size)
+                    if join:  # the lines travel with their rows, to be written back beside them
+                        return lines.map(lambda b: (b, decode_table(b)), num_parallel_calls=auto)
+                    return lines.map(decode_table, num_parallel_calls=auto)
                 empty = tf.zeros([0, int(spec.shape[1])], tf.float32)
+            no_lines = tf.zeros([0], tf.string)
 
             def branch(path):
-                end = tf.data.Dataset.from_tensors((path, empty, True))
-                return records(path).map(lambda x: (path, x, False)).concatenate(end)
+                end = tf.data.Dataset.from_tensors((path, no_lines, empty, True))
+                if join:
+                    return records(path).map(lambda lines, x: (path, lines, x, False)).concatenate(end)
+                return records(path).map(lambda x: (path, no_lines, x, False)).concatenate(end)
 
             batches = (tf.data.Dataset.from_tensor_slices(files)
                        .interleave(branch, cycle_length=CYCLE, num_parallel_calls=auto, deterministic=True)
                        .prefetch(auto))
             per_file: dict[bytes, list[bytes]] = {}
 
-            def collect(name, rows, last):
+            def collect(name, inputs, rows, last):
                 lines = per_file.setdefault(name, [])
-                if kind == "table" and rows:
+                if join:
+                    lines += [_joined(line, row, framing) for line, row in zip(inputs, rows)]
+                elif kind == "table" and rows:
                     lines.append(_dumps({"predictions": rows}))
                 else:
                     lines += [_dumps({"predictions": [row]}) for row in rows]
                 if last:
                     target(name).write_bytes(b"".join(line + b"\n" for line in per_file.pop(name)))
 
-            for path, batch, last in batches:
+            for path, inputs, batch, last in batches:
                 rows = [] if bool(last) else _rows(predict(**{key: batch}), kind == "table")
-                pending.append(writer.submit(collect, path.numpy(), rows, bool(last)))
+                pending.append(writer.submit(collect, path.numpy(), list(inputs.numpy()) if join else (),
+                                             rows, bool(last)))
                 count += len(rows)
         for future in pending:
             future.result()
     return {"records": count, "seconds": time.monotonic() - started}
+
+
+def _joined(line: bytes, row, framing: str) -> bytes:
+    """JoinSource=Input for one line: the prediction appended (CSV) or wrapped beside it (JSON)."""
+    if framing == "csv":
+        return line + b"," + _dumps(row)[1:-1]
+    return b'{"SageMakerInput":' + line + b',"SageMakerOutput":{"predictions":[' + _dumps(row) + b"]}}"
 
 
 def _table_decoder(framing: str):
@@ -206,9 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", required=True)
     parser.add_argument("--output", required=True)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--join", action="store_true", help="table: JoinSource=Input, each line beside its prediction")
     args = parser.parse_args(argv)
     print(json.dumps(run(args.kind, args.model_dir, args.input, args.output, batch_size=args.batch_size,
-                         float_model=args.float, framing=args.framing)))
+                         float_model=args.float, framing=args.framing, join=args.join)))
     return 0
 
 

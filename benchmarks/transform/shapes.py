@@ -196,10 +196,11 @@ def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = Fa
 
 
 def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRecord",
-          content_type: str | None = None) -> Job:
+          content_type: str | None = None, join: bool = False) -> Job:
     """Rows of 32 floats, ``--split-type Line``: MultiRecord (1 MB payloads) or SingleRecord
     (the job's default: one line per request; tfbatch joins them, the HTTP design cannot).
-    The expert's tf.data script is the same for both: it batches lines whatever the strategy."""
+    The expert's tf.data script is the same for both: it batches lines whatever the strategy.
+    ``join``: JoinSource=Input, every contender writes each line beside its prediction."""
     rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
@@ -207,9 +208,12 @@ def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRe
     flags = ["--split-type", "Line", "--batch-strategy", strategy, "--assemble-with", "Line"]
     if strategy == "MultiRecord":
         flags[4:4] = ["--max-payload-mb", "1"]
+    if join:
+        flags += ["--join-source", "Input"]
     noscript = model / "model-noscript.tar.gz"
     return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(noscript, inputs, content_type, *flags),
-               _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024"),
+               _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024",
+                       *(["--join"] if join else [])),
                _server(noscript), _client(None, inputs, content_type, *flags), "Line")
 
 
@@ -235,6 +239,11 @@ SHAPES = [
     Shape("json-lines", "one JSON array per line sent as application/json, Line, MultiRecord 1 MB, float-input "
           "model, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl", content_type="application/json")),
+    Shape("csv-join", "CSV, Line, MultiRecord 1 MB, JoinSource=Input (each row written back with its "
+          "prediction), float-input model, no script (20 files)", lambda w, s: table(w, s, framing="csv", join=True)),
+    Shape("jsonl-join", "JSON Lines, Line, MultiRecord 1 MB, JoinSource=Input ({\"SageMakerInput\": row, "
+          "\"SageMakerOutput\": prediction}), float-input model, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl", join=True)),
     Shape("csv-single", "CSV, Line, SingleRecord (the default strategy: one line per request), float-input "
           "model, no script (20 files)", lambda w, s: table(w, s, framing="csv", strategy="SingleRecord")),
     Shape("jsonl-single", "JSON Lines, Line, SingleRecord, float-input model, no script (20 files)",

@@ -107,3 +107,22 @@ def test_cpu_ratio_is_the_median_over_rounds_of_other_over_a():
     runs = [run("a", 0, 1.0), run("b", 0, 0.5), run("a", 1, 2.0), run("b", 1, 2.0), run("a", 2, 1.0), run("b", 2, 9.0, ok=False)]
     assert cpu_ratio(runs, "b") == 0.75  # rounds 0 and 1; round 2's (b) failed
     assert cpu_ratio(runs, "c") is None
+
+
+def test_joined_outputs_read_as_rows_and_the_agents_join_writes_them():
+    from benchmarks.transform.shape_http import _join
+    from benchmarks.transform.shape_tfdata import _joined
+
+    csv_payload, jsonl_payload, rows = b"1,2\n3,4\n", b"[1,2]\n[3,4]\n", [[0.25, 0.75], [0.5, 0.5]]
+    agent_csv = _join(csv_payload, rows, "text/csv")
+    assert agent_csv == b"1,2,0.25,0.75\n3,4,0.5,0.5"
+    assert rows_of_text(agent_csv.decode()) == [[1, 2, 0.25, 0.75], [3, 4, 0.5, 0.5]]
+    agent_jsonl = _join(jsonl_payload, rows, "application/jsonlines")
+    assert rows_of_text(agent_jsonl.decode()) == rows
+    expert = [_joined(line, row, framing) for framing, payload in (("csv", csv_payload), ("jsonl", jsonl_payload))
+              for line, row in zip(payload.splitlines(), rows)]
+    assert b"\n".join(expert[:2]) == agent_csv and b"\n".join(expert[2:]) == agent_jsonl
+    with pytest.raises(ValueError, match="2 records but 1 predictions"):
+        _join(csv_payload, rows[:1], "text/csv")
+    with pytest.raises(ValueError, match="line 1 is neither JSON nor a CSV row"):
+        rows_of_text("1,x\n")
