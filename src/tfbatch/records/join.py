@@ -144,12 +144,19 @@ class DataProcessor:
     def _join_one(self, unit: bytes, output: bytes) -> bytes:
         kind, value = self._load_output(output)
         if self.in_kind == CSV:
-            if kind != CSV and self.output_path.is_identity and _plain_csv_line(unit):
-                # The common CSV join (plain row, JSON answer, no OutputFilter): the row's own
-                # bytes are what splitting and re-joining it would write.
+            if kind != CSV and _plain_csv_line(unit):
+                # The common CSV join (a plain row, a JSON answer): the row's own bytes are what
+                # splitting and re-joining it would write, and the answer's columns are written
+                # once; where none needed quoting and none is an array or object (which an
+                # OutputFilter that picks it alone reads as a row), each is one cell between commas.
                 _utf8(unit)
                 columns = _as_columns(value)
-                return unit + b"," + _dump_csv(columns) if columns else unit
+                tail = _dump_csv(columns) if columns else b""
+                if self.output_path.is_identity:
+                    return unit + b"," + tail if columns else unit
+                if b'"' not in tail and b"[" not in tail and b"{" not in tail:
+                    picked = self.output_path.apply(unit.split(b",") + (tail.split(b",") if columns else []))
+                    return b",".join(picked) if isinstance(picked, list) else picked
             row = _load_csv(unit)
             if kind != CSV:
                 row.extend(_as_columns(value))

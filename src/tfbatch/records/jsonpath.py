@@ -116,7 +116,7 @@ class JsonPath:
                     if strict:
                         raise self._missing("an array", node)
                     continue
-                out.extend(node[i] for i in self._positions(step, len(node)))
+                out.extend(map(node.__getitem__, self._positions(step, len(node))))
         return out
 
     def _positions(self, step: _Union, n: int) -> list[int]:

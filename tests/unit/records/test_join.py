@@ -213,3 +213,27 @@ def test_csv_join_answer_with_text_or_empty_columns():
     assert dp.process_output(b"7,8", b'{"predictions":[[0.5,"a,b",null]]}') == b'7,8,0.5,"a,b",'
     assert dp.process_output(b"7,8", b'{"predictions":[]}') == b"7,8"
     assert dp.process_output(b"7,8", b'{"predictions":[[1e-7,[1,2]]]}') == b'7,8,1e-07,"[1, 2]"'
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet="0123456789.-abcXYZ é", min_size=1, max_size=8), min_size=2, max_size=6),
+    prediction=st.lists(_ROW_NUMBERS, min_size=1, max_size=6),
+    path=st.sampled_from(["$[0]", "$[-1]", "$[0,-1:]", "$[1:]", "$[0,2:3]", "$[*]", "$[:0]"]),
+)
+def test_csv_join_with_an_output_filter_picks_the_cells_of_the_joined_row(cells, prediction, path):
+    from tfbatch.records.jsonpath import compile_path
+
+    row = ",".join(cells).encode()
+    answer = json.dumps({"predictions": [prediction]}).encode()
+    joined = DataProcessor(None, path, "Input", "text/csv", None).process_output(row, answer)
+    picked = compile_path(path).apply(cells + [json.dumps(v) for v in prediction])
+    assert joined == (",".join(picked) if isinstance(picked, list) else picked).encode()
+
+
+def test_csv_join_output_filter_picking_a_nested_answer_reads_it_as_a_row():
+    # An array the filter picks alone is written as the row's cells, as before the fast path.
+    dp = DataProcessor(None, "$[-1]", "Input", "text/csv", None)
+    assert dp.process_output(b"7,8", b'[null, [1.5, 2]]') == b"1.5,2"
+    assert dp.process_output(b"7,8", b'[null, []]') == b""
+    assert DataProcessor(None, "$[-2]", "Input", "text/csv", None).process_output(b"7,8", b'[null, []]') == b""
