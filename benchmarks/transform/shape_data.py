@@ -236,7 +236,9 @@ def json_images(workdir: Path, count: int, seed: int = 0) -> Path:
 
 
 def table(workdir: Path, kind: str, rows_per_file: int, seed: int = 0) -> Path:
-    """``TABLE_FILES`` files of ``rows_per_file`` rows of 32 floats, as "csv" or "jsonl"."""
+    """``TABLE_FILES`` files of ``rows_per_file`` rows of 32 floats, as "csv" or "jsonl"; "csv-id"
+    and "jsonl-id" put an id first (``r<file>-<row>``: a CSV column, or ``{"id": ..., "features":
+    [...]}``), the input of the SageMaker guide's InputFilter / JoinSource / OutputFilter job."""
     import numpy as np
 
     folder = workdir / f"{kind}-{rows_per_file}-{seed}"
@@ -249,9 +251,14 @@ def table(workdir: Path, kind: str, rows_per_file: int, seed: int = 0) -> Path:
         values = np.round(rng.normal(size=(rows_per_file, COLUMNS)), 4)
         if kind == "csv":
             lines = (",".join(f"{v:g}" for v in row) for row in values)
+        elif kind == "csv-id":
+            lines = (f"r{n}-{i}," + ",".join(f"{v:g}" for v in row) for i, row in enumerate(values))
+        elif kind == "jsonl-id":
+            lines = (f'{{"id":"r{n}-{i}","features":[' + ",".join(f"{v:g}" for v in row) + "]}"
+                     for i, row in enumerate(values))
         else:
             lines = ("[" + ",".join(f"{v:g}" for v in row) + "]" for row in values)
-        (target / f"part-{n:05d}.{kind}").write_text("\n".join(lines) + "\n")
+        (target / f"part-{n:05d}.{kind.removesuffix('-id')}").write_text("\n".join(lines) + "\n")
     (folder / "done.json").write_text(json.dumps(meta))
     return folder / "input"
 

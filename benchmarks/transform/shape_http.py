@@ -7,8 +7,10 @@ MaxConcurrentTransforms in flight. In the container, ``input_handler`` (or the d
 CSV / JSON Lines handler when there is no script) turns the payload into a TFS REST body,
 TF Serving predicts, ``output_handler`` (or pass-through) forms the answer, and the agent
 assembles each object's answers in order (AssembleWith Line: a newline after each). With
-JoinSource=Input the agent writes each record beside its prediction (CSV: appended columns;
-JSON Lines: ``{"SageMakerInput": ..., "SageMakerOutput": ...}``), as SageMaker's agent does.
+DataProcessing the agent applies the InputFilter to each record before forming payloads, and
+after the answer the JoinSource/OutputFilter to each record with its own prediction row (the
+answer's ``predictions`` cut per record), with tfbatch's ``DataProcessor`` standing in for the
+agent's own code.
 The TFS-style server is :mod:`benchmarks.transform.http_baseline`'s; this module is the client
 (agent + container handler layer in one process, as that module's client is for JPEGs).
 
@@ -88,14 +90,16 @@ def payloads(data: bytes, split_type: str, strategy: str, max_bytes: int) -> lis
 
 def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *, content_type: str,
                split_type: str, strategy: str, max_payload_mb: float, assemble: str,
-               concurrency: int = 64, model_name: str = "model", join: bool = False) -> dict:
-    import orjson
+               concurrency: int = 64, model_name: str = "model", input_filter: str | None = None,
+               output_filter: str | None = None, join_source: str | None = None) -> dict:
     import requests
 
     from benchmarks.transform.http_baseline import load_script
     from tfbatch.handlers.context import Context
     from tfbatch.handlers.defaults import json_request
+    from tfbatch.records.join import DataProcessor
 
+    processor = DataProcessor(input_filter, output_filter, join_source, content_type, None)
     script = load_script(archive) if archive else None
     rest_uri = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
     out = Path(output_dir)
@@ -133,9 +137,11 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         response = post(json.dumps(json_request(body, content_type)))
         if response.status_code != 200:
             raise ValueError(response.content.decode("utf-8", "replace"))
-        if join:
-            return _join(body, orjson.loads(response.content)["predictions"], content_type)
         return response.content
+
+    def processed(body: bytes, records: list[bytes]) -> bytes:
+        answer = one(body)
+        return _process(processor, records, answer) if processor.active else answer
 
     failures: list[str] = []
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="agent") as pool:
@@ -143,8 +149,12 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         # overlap: the pool holds at most ``concurrency`` requests in flight.
         pending: list[tuple[Path, list]] = []
         for path in files:
-            bodies = payloads(path.read_bytes(), split_type, strategy, max_bytes)
-            pending.append((path, [pool.submit(one, b) for b in bodies]))
+            if processor.active:
+                futures = [pool.submit(processed, body, records) for body, records
+                           in filtered_payloads(path.read_bytes(), split_type, strategy, max_bytes, processor)]
+            else:
+                futures = [pool.submit(one, b) for b in payloads(path.read_bytes(), split_type, strategy, max_bytes)]
+            pending.append((path, futures))
             while len(pending) > concurrency:
                 _finish(pending.pop(0), root, out, assemble, failures)
         for item in pending:
@@ -152,17 +162,39 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     return {"objects": len(files) - len(failures), "failed": failures[:5], "seconds": time.monotonic() - started}
 
 
-def _join(payload: bytes, rows: list, content_type: str) -> bytes:
-    """The agent's JoinSource=Input: each line of the payload beside its prediction row."""
+def filtered_payloads(data: bytes, split_type: str, strategy: str, max_bytes: int,
+                      processor) -> list[tuple[bytes, list[bytes]]]:
+    """``(body, records)`` per request: the InputFilter applied to each record, the bodies formed
+    from the filtered records (framed again by a newline for Line), the raw records kept."""
+    records = [stripped for _, stripped in split_records(data, split_type)]
+    sep = b"\n" if split_type == "Line" and strategy == "MultiRecord" else b""
+    out: list[tuple[bytes, list[bytes]]] = []
+    current: list[bytes] = []
+    raw: list[bytes] = []
+    size = 0
+    for record in records:
+        body = processor.filter_input(record) + sep
+        if strategy == "SingleRecord" or (current and size + len(body) > max_bytes):
+            if current:
+                out.append((b"".join(current), raw))
+            current, raw, size = [], [], 0
+        current.append(body)
+        raw.append(record)
+        size += len(body)
+    if current:
+        out.append((b"".join(current), raw))
+    return out
+
+
+def _process(processor, records: list[bytes], answer: bytes) -> bytes:
+    """JoinSource/OutputFilter per record, each with its own row of the answer's predictions."""
     import orjson
 
-    lines = [line for line in payload.splitlines() if line.strip()]
-    if len(lines) != len(rows):
-        raise ValueError(f"join: {len(lines)} records but {len(rows)} predictions")
-    if content_type == "text/csv":
-        return b"\n".join(line + b"," + orjson.dumps(row)[1:-1] for line, row in zip(lines, rows))
-    return b"\n".join(b'{"SageMakerInput":' + line + b',"SageMakerOutput":{"predictions":[' + orjson.dumps(row)
-                      + b"]}}" for line, row in zip(lines, rows))
+    rows = orjson.loads(answer)["predictions"]
+    if len(rows) != len(records):
+        raise ValueError(f"{len(records)} records but {len(rows)} predictions")
+    return b"\n".join(processor.process_output(record, orjson.dumps({"predictions": [row]}))
+                      for record, row in zip(records, rows))
 
 
 def _finish(item: tuple[Path, list], root: Path, out: Path, assemble: str, failures: list[str]) -> None:
@@ -192,11 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assemble-with", default="None", choices=["None", "Line"])
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--join-source", default="None", choices=["None", "Input"])
+    parser.add_argument("--input-filter")
+    parser.add_argument("--output-filter")
     args = parser.parse_args(argv)
     result = run_client(args.url, args.model, args.input, args.output, content_type=args.content_type,
                         split_type=args.split_type, strategy=args.batch_strategy,
                         max_payload_mb=args.max_payload_mb, assemble=args.assemble_with,
-                        concurrency=args.concurrency, join=args.join_source == "Input")
+                        concurrency=args.concurrency, input_filter=args.input_filter,
+                        output_filter=args.output_filter, join_source=args.join_source)
     print(json.dumps(result))
     return 0 if not result["failed"] else 1
 

@@ -61,11 +61,24 @@ def rows_of_text(text: str) -> list[list[float]]:
                 try:
                     rows += rows_of_answer(json.loads(line))
                 except json.JSONDecodeError as exc:
-                    try:  # JoinSource=Input on CSV: the input's columns, then the prediction's
-                        rows.append([float(cell) for cell in line.split(",")])
-                    except ValueError:
-                        raise ValueError(f"line {n} is neither JSON nor a CSV row of numbers: {exc}") from exc
+                    rows.append(_csv_row(line, n, exc))
         return rows
+
+
+def _csv_row(line: str, n: int, why: Exception) -> list[float]:
+    """A JoinSource=Input CSV row: the input's columns then the prediction's, or an id (a first
+    cell that is not a number) then the prediction's."""
+    cells = line.split(",")
+    try:
+        float(cells[0])
+    except ValueError:
+        cells = cells[1:]
+    try:
+        if cells:
+            return [float(cell) for cell in cells]
+    except ValueError:
+        pass
+    raise ValueError(f"line {n} is neither JSON nor a CSV row of numbers: {why}") from why
 
 
 def read_outputs(folder: str | Path) -> dict[str, list[list[float]]]:

@@ -21,7 +21,11 @@ model's signature, and a background writer thread so the model never waits on JS
   decode_csv`` (brackets stripped for JSON) -> one ``{"predictions": [...]}`` line per batch;
   with ``--join`` (JoinSource=Input) each input line is kept beside its row and written back
   with its prediction: ``line,p0,p1,...`` for CSV, ``{"SageMakerInput":line,"SageMakerOutput":
-  {"predictions":[row]}}`` for JSON Lines, the line's bytes spliced in as they are.
+  {"predictions":[row]}}`` for JSON Lines, the line's bytes spliced in as they are. Framings
+  ``csv-id`` (an id column, then the features) and ``jsonl-id`` (``{"id": ..., "features":
+  [...]}``, parsed by orjson in a ``numpy_function``) keep only the id: ``id,p0,...`` and
+  ``{"id":...,"SageMakerOutput":{"predictions":[row]}}``, what the SageMaker guide's InputFilter
+  / JoinSource / OutputFilter job writes.
 
     python -m benchmarks.transform.shape_tfdata --kind files --model-dir DIR --input DIR --output DIR
 """
@@ -159,6 +163,8 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
 
                 def records(path):
                     lines = tf.data.TextLineDataset(path).filter(lambda s: tf.strings.length(s) > 0).batch(batch_size)
+                    if framing.endswith("-id"):  # (ids, features)
+                        return lines.map(decode_table, num_parallel_calls=auto)
                     if join:  # the lines travel with their rows, to be written back beside them
                         return lines.map(lambda b: (b, decode_table(b)), num_parallel_calls=auto)
                     return lines.map(decode_table, num_parallel_calls=auto)
@@ -198,9 +204,12 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
 
 
 def _joined(line: bytes, row, framing: str) -> bytes:
-    """JoinSource=Input for one line: the prediction appended (CSV) or wrapped beside it (JSON)."""
-    if framing == "csv":
+    """JoinSource=Input for one line: the prediction appended (CSV) or wrapped beside it (JSON);
+    for the ``-id`` framings ``line`` is the record's id."""
+    if framing in ("csv", "csv-id"):
         return line + b"," + _dumps(row)[1:-1]
+    if framing == "jsonl-id":
+        return b'{"id":' + _dumps(line.decode()) + b',"SageMakerOutput":{"predictions":[' + _dumps(row) + b"]}}"
     return b'{"SageMakerInput":' + line + b',"SageMakerOutput":{"predictions":[' + _dumps(row) + b"]}}"
 
 
@@ -208,6 +217,24 @@ def _table_decoder(framing: str):
     import tensorflow as tf
 
     from benchmarks.transform.shape_data import COLUMNS
+
+    if framing == "csv-id":
+        def decode_ids(lines):
+            cells = tf.io.decode_csv(lines, [[""]] + [[0.0]] * COLUMNS)
+            return cells[0], tf.stack(cells[1:], axis=1)
+        return decode_ids
+    if framing == "jsonl-id":
+        import orjson
+
+        def parse(lines):
+            objects = [orjson.loads(line) for line in lines]
+            return (np.array([o["id"].encode() for o in objects], dtype=object),
+                    np.array([o["features"] for o in objects], dtype=np.float32))
+
+        def decode_json(lines):
+            ids, features = tf.numpy_function(parse, [lines], (tf.string, tf.float32), stateful=False)
+            return ids, tf.ensure_shape(features, [None, COLUMNS])
+        return decode_json
 
     def decode(lines):
         if framing == "jsonl":
@@ -220,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.shape_tfdata",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--kind", required=True, choices=["files", "json", "records", "table"])
-    parser.add_argument("--framing", default="", help="records: tfrecord|recordio; table: csv|jsonl")
+    parser.add_argument("--framing", default="", help="records: tfrecord|recordio; table: csv|jsonl|csv-id|jsonl-id")
     parser.add_argument("--float", action="store_true", help="files: a float-input model's serving_default")
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--input", required=True)

@@ -204,12 +204,16 @@ def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRe
     rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
-    content_type = content_type or ("text/csv" if framing == "csv" else "application/jsonlines")
+    content_type = content_type or ("text/csv" if framing.startswith("csv") else "application/jsonlines")
     flags = ["--split-type", "Line", "--batch-strategy", strategy, "--assemble-with", "Line"]
     if strategy == "MultiRecord":
         flags[4:4] = ["--max-payload-mb", "1"]
     if join:
         flags += ["--join-source", "Input"]
+    if framing == "csv-id":  # the SageMaker guide's job: the id left out, then joined back alone
+        flags += ["--input-filter", "$[1:]", "--output-filter", "$[0,-10:]"]
+    elif framing == "jsonl-id":
+        flags += ["--input-filter", "$.features", "--output-filter", "$['id','SageMakerOutput']"]
     noscript = model / "model-noscript.tar.gz"
     return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(noscript, inputs, content_type, *flags),
                _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024",
@@ -244,6 +248,12 @@ SHAPES = [
     Shape("jsonl-join", "JSON Lines, Line, MultiRecord 1 MB, JoinSource=Input ({\"SageMakerInput\": row, "
           "\"SageMakerOutput\": prediction}), float-input model, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl", join=True)),
+    Shape("csv-id", "CSV with an id column, InputFilter $[1:], JoinSource=Input, OutputFilter $[0,-10:] "
+          "(the SageMaker guide's job: the id and the prediction), MultiRecord 1 MB, no script (20 files)",
+          lambda w, s: table(w, s, framing="csv-id", join=True)),
+    Shape("jsonl-id", "JSON Lines {\"id\", \"features\"}, InputFilter $.features, JoinSource=Input, "
+          "OutputFilter $['id','SageMakerOutput'], MultiRecord 1 MB, no script (20 files)",
+          lambda w, s: table(w, s, framing="jsonl-id", join=True)),
     Shape("csv-single", "CSV, Line, SingleRecord (the default strategy: one line per request), float-input "
           "model, no script (20 files)", lambda w, s: table(w, s, framing="csv", strategy="SingleRecord")),
     Shape("jsonl-single", "JSON Lines, Line, SingleRecord, float-input model, no script (20 files)",

@@ -109,20 +109,33 @@ def test_cpu_ratio_is_the_median_over_rounds_of_other_over_a():
     assert cpu_ratio(runs, "c") is None
 
 
-def test_joined_outputs_read_as_rows_and_the_agents_join_writes_them():
-    from benchmarks.transform.shape_http import _join
+def test_joined_outputs_read_as_rows_and_the_agent_filters_and_joins_per_record():
+    from benchmarks.transform.shape_http import _process, filtered_payloads
     from benchmarks.transform.shape_tfdata import _joined
+    from tfbatch.records.join import DataProcessor
 
-    csv_payload, jsonl_payload, rows = b"1,2\n3,4\n", b"[1,2]\n[3,4]\n", [[0.25, 0.75], [0.5, 0.5]]
-    agent_csv = _join(csv_payload, rows, "text/csv")
-    assert agent_csv == b"1,2,0.25,0.75\n3,4,0.5,0.5"
-    assert rows_of_text(agent_csv.decode()) == [[1, 2, 0.25, 0.75], [3, 4, 0.5, 0.5]]
-    agent_jsonl = _join(jsonl_payload, rows, "application/jsonlines")
-    assert rows_of_text(agent_jsonl.decode()) == rows
-    expert = [_joined(line, row, framing) for framing, payload in (("csv", csv_payload), ("jsonl", jsonl_payload))
-              for line, row in zip(payload.splitlines(), rows)]
-    assert b"\n".join(expert[:2]) == agent_csv and b"\n".join(expert[2:]) == agent_jsonl
+    rows = [[0.25, 0.75], [0.5, 0.5]]
+    answer = json.dumps({"predictions": rows}).encode()
+    # CSV with an id: the agent sends the features only, then writes the id beside each row
+    dp = DataProcessor("$[1:]", "$[0,-2:]", "Input", "text/csv", None)
+    (body, records), = filtered_payloads(b"a,1,2\nb,3,4\n", "Line", "MultiRecord", 2**20, dp)
+    assert body == b"1,2\n3,4\n" and records == [b"a,1,2", b"b,3,4"]
+    agent = _process(dp, records, answer)
+    assert agent == b"a,0.25,0.75\nb,0.5,0.5"
+    assert agent == b"\n".join(_joined(i, r, "csv-id") for i, r in zip((b"a", b"b"), rows))
+    assert rows_of_text(agent.decode()) == rows
+    # SingleRecord: one unframed record per request
+    assert [b for b, _ in filtered_payloads(b"a,1,2\nb,3,4\n", "Line", "SingleRecord", 2**20, dp)] == [b"1,2", b"3,4"]
+    # JSON Lines joined whole, and with an id kept
+    plain = _process(DataProcessor(None, None, "Input", "application/jsonlines", None), [b"[1,2]", b"[3,4]"], answer)
+    assert rows_of_text(plain.decode()) == rows
+    keyed = _process(DataProcessor("$.features", "$['id','SageMakerOutput']", "Input", "application/jsonlines", None),
+                     [b'{"id":"a","features":[1,2]}', b'{"id":"b","features":[3,4]}'], answer)
+    assert keyed.splitlines()[0] == _joined(b"a", rows[0], "jsonl-id")
+    assert rows_of_text(keyed.decode()) == rows
+    # a CSV row joined whole reads as all its numbers
+    assert rows_of_text("1,2,0.25,0.75\n") == [[1, 2, 0.25, 0.75]]
     with pytest.raises(ValueError, match="2 records but 1 predictions"):
-        _join(csv_payload, rows[:1], "text/csv")
+        _process(dp, records, json.dumps({"predictions": rows[:1]}).encode())
     with pytest.raises(ValueError, match="line 1 is neither JSON nor a CSV row"):
         rows_of_text("1,x\n")
