@@ -79,6 +79,25 @@ def output_handler(response, context):
     return response.content, context.accept_header
 '''
 
+# A CSV job's usual SageMaker script: the payload's lines to TF Serving's "instances" JSON.
+CSV_SCRIPT = '''\
+import json
+
+
+def input_handler(data, context):
+    if context.request_content_type != "text/csv":
+        raise ValueError("unsupported content type: " + str(context.request_content_type))
+    text = data.read().decode("utf-8")
+    rows = [[float(x) for x in line.split(",")] for line in text.splitlines() if line]
+    return json.dumps({"instances": rows})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
 # What a SageMaker user with a float-input model must ship: the TFS container cannot take an
 # image body for a float tensor, so the script decodes and resizes it (PIL) and sends JSON floats.
 FLOAT_IMAGE_SCRIPT = '''\

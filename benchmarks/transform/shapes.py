@@ -196,11 +196,13 @@ def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = Fa
 
 
 def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRecord",
-          content_type: str | None = None, join: bool = False) -> Job:
+          content_type: str | None = None, join: bool = False, script: bool = False) -> Job:
     """Rows of 32 floats, ``--split-type Line``: MultiRecord (1 MB payloads) or SingleRecord
     (the job's default: one line per request; tfbatch joins them, the HTTP design cannot).
     The expert's tf.data script is the same for both: it batches lines whatever the strategy.
-    ``join``: JoinSource=Input, every contender writes each line beside its prediction."""
+    ``join``: JoinSource=Input, every contender writes each line beside its prediction.
+    ``script``: tfbatch and the HTTP design run the usual CSV ``inference.py`` (lines to
+    "instances" JSON) on each payload; the expert's script has no use for it."""
     rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
@@ -215,10 +217,11 @@ def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRe
     elif framing == "jsonl-id":
         flags += ["--input-filter", "$.features", "--output-filter", "$['id','SageMakerOutput']"]
     noscript = model / "model-noscript.tar.gz"
-    return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(noscript, inputs, content_type, *flags),
+    archive = data.scripted_archive(model, "csv-script", data.CSV_SCRIPT) if script else noscript
+    return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(archive, inputs, content_type, *flags),
                _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024",
                        *(["--join"] if join else [])),
-               _server(noscript), _client(None, inputs, content_type, *flags), "Line")
+               _server(noscript), _client(archive if script else None, inputs, content_type, *flags), "Line")
 
 
 SHAPES = [
@@ -243,6 +246,9 @@ SHAPES = [
     Shape("json-lines", "one JSON array per line sent as application/json, Line, MultiRecord 1 MB, float-input "
           "model, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl", content_type="application/json")),
+    Shape("csv-script", "CSV, Line, MultiRecord 1 MB, the usual inference.py that turns each payload's lines "
+          "into TF Serving \"instances\" JSON, float-input model (20 files)",
+          lambda w, s: table(w, s, framing="csv", script=True)),
     Shape("csv-join", "CSV, Line, MultiRecord 1 MB, JoinSource=Input (each row written back with its "
           "prediction), float-input model, no script (20 files)", lambda w, s: table(w, s, framing="csv", join=True)),
     Shape("jsonl-join", "JSON Lines, Line, MultiRecord 1 MB, JoinSource=Input ({\"SageMakerInput\": row, "
