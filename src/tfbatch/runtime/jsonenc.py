@@ -36,10 +36,14 @@ def dumps(value: Any) -> bytes:
 
 
 _COMPACT = json.JSONEncoder(separators=(",", ":"))
+# Types orjson writes that the standard library refuses or writes otherwise (datetimes,
+# dataclasses, subclasses of str/int/dict/list) go to the standard library instead.
+_PASS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 def compact_dumps(value: Any) -> bytes:
-    """Exactly ``json.dumps(value, separators=(",", ":")).encode()``, ~10x sooner on numbers.
+    """Exactly ``json.dumps(value, separators=(",", ":")).encode()`` for JSON's own values (what
+    ``json.loads`` returns, in lists, tuples and dicts), ~10x sooner on numbers.
 
     orjson writes the same bytes except in these cases, which send ``value`` to the standard
     library: a non-ASCII character or DEL (written raw, where the standard library escapes
@@ -49,7 +53,7 @@ def compact_dumps(value: Any) -> bytes:
     looks like one of these (holding ``null``, ``e-`` or ``0.0000``) takes the slower way too.
     """
     try:
-        out = orjson.dumps(value)
+        out = orjson.dumps(value, option=_PASS)
     except TypeError:  # orjson.JSONEncodeError included
         out = None
     if (out is not None and out.isascii() and b"\x7f" not in out and b"null" not in out
