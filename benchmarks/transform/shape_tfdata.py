@@ -116,6 +116,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     import tensorflow as tf
 
     started = time.monotonic()
+    join = join or framing.endswith("-id")  # an id is only kept to be written back
     _, predict, key, spec = _signature(model_dir, float_model or kind in ("table", "json"))
     out, root = Path(output_dir), Path(input_dir)
     out.mkdir(parents=True, exist_ok=True)
