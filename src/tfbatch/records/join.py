@@ -107,11 +107,22 @@ class DataProcessor:
             return record_data
         if self.in_kind == CSV and _plain_csv_line(record_data):
             # Hot path for millions of simple rows: pick columns as bytes, no decoding.
-            picked = self.input_path.apply(record_data.split(b","))
-            return b",".join(picked) if isinstance(picked, list) else picked
+            return self._pick_plain(record_data)
         units, trailing = _units(record_data, self.in_kind)
-        out = [self._dump(self.input_path.apply(self._load(u)), self.in_kind) for u in units]
+        if self.in_kind == CSV:
+            # Rows of a record holding several (or of SingleRecord lines sent as one request):
+            # a plain row is picked as bytes too, once it is known to be UTF-8, as parsing it
+            # would have checked.
+            out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
+                   else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
+        else:
+            out = [self._dump(self.input_path.apply(self._load(u)), self.in_kind) for u in units]
         return _rejoin(out, trailing)
+
+    def _pick_plain(self, row: bytes) -> bytes:
+        """The InputFilter's cells of a CSV row without quotes or line breaks, as bytes."""
+        picked = self.input_path.apply(row.split(b","))
+        return b",".join(picked) if isinstance(picked, list) else picked
 
     # ---- output side ------------------------------------------------------------
 

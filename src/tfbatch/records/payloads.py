@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -166,18 +166,21 @@ def _one_json_instance(data: bytes) -> bool:
 
 
 def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JOIN_MAX_RECORDS,
-                max_bytes: int = JOIN_MAX_BYTES) -> Iterator[Payload]:
+                max_bytes: int = JOIN_MAX_BYTES,
+                sent_as: Callable[[bytes], bytes] | None = None) -> Iterator[Payload]:
     """SingleRecord payloads with runs of :func:`joinable` records joined into one request
     each (``joined``), in record order; any other payload (a bad record, one that is not
     joinable) as it was, between the runs. ``kind`` is one of ``JOIN_KINDS``: a run of JSON
-    arrays becomes a JSON Lines body."""
+    arrays becomes a JSON Lines body. ``sent_as``: what a record's body becomes before it is
+    sent (DataProcessing's InputFilter, applied to the joined body row by row), so that is
+    what must be joinable; a record it refuses is sent alone, to fail there."""
     if kind not in JOIN_KINDS:
         raise ValueError(f"unknown join kind {kind!r}")
     content_type = JSONLINES if kind == "json" else None
     run: list[Payload] = []
     size = 0
     for payload in payloads:
-        if payload.error is None and len(payload.records) == 1 and joinable(payload.body, kind):
+        if payload.error is None and len(payload.records) == 1 and _joinable_as_sent(payload.body, kind, sent_as):
             if run and (len(run) >= max_records or size + len(payload.body) > max_bytes):
                 yield _joined(run, content_type)
                 run, size = [], 0
@@ -190,6 +193,17 @@ def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JO
         yield payload
     if run:
         yield _joined(run, content_type)
+
+
+def _joinable_as_sent(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bool:
+    if sent_as is None:
+        return joinable(body, kind)
+    if not joinable(body, kind):
+        return False
+    try:
+        return joinable(sent_as(body), kind)
+    except TfbatchError:
+        return False
 
 
 def _joined(run: list[Payload], content_type: str | None) -> Payload:
@@ -226,10 +240,15 @@ def _split_json_rows(response: bytes, n: int) -> list[bytes] | None:
         return None
     if not isinstance(value, dict):
         return None
+    non_finite = b"NaN" in response or b"Infinity" in response
     for key in _ROW_KEYS:
         rows = value.get(key)
         if isinstance(rows, list) and len(rows) == n:
             rest = {k: v for k, v in value.items() if k != key}
+            if non_finite:
+                # Encoding the parsed rows again would write NaN as null: the answer's own
+                # text is cut instead, or the records are answered one by one.
+                return _cut_text(response, key, n) if not rest else None
             if not rest:
                 parts = _cut_rows(key, rows)
                 if parts is not None:
@@ -264,6 +283,26 @@ def _cut_rows(key: str, rows: list) -> list[bytes] | None:
         return None
     if depth == n + 1 and text.startswith(b"[[") and text.endswith(b"]]"):  # flat lists: "[[1,2],[3,4]]"
         items = text[2:-2].split(b"],[")
+        if len(items) == n:
+            return [head + b"[" + item + b"]]}" for item in items]
+    return None
+
+
+def _cut_text(response: bytes, key: str, n: int) -> list[bytes] | None:
+    """``{"<key>":[row]}`` per row, cut from the answer's own compact text (as tfbatch's encoder
+    writes it: rows of numbers, ``NaN`` and ``Infinity``, no strings or objects), or None."""
+    head = b'{"' + key.encode() + b'":['
+    if not (response.startswith(head) and response.endswith(b"]}")):
+        return None
+    body = response[len(head):-2]
+    if b'"' in body or b"{" in body or b" " in body:
+        return None
+    depth = body.count(b"[")
+    if depth == 0:  # numbers: "1.5,NaN,..."
+        items = body.split(b",")
+        return [head + item + b"]}" for item in items] if len(items) == n else None
+    if depth == n and body.startswith(b"[") and body.endswith(b"]") and body.count(b"]") == n:  # flat rows
+        items = body[1:-1].split(b"],[")
         if len(items) == n:
             return [head + b"[" + item + b"]]}" for item in items]
     return None

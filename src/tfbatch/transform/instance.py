@@ -93,22 +93,25 @@ def join_kind(spec: TransformSpec, service, filtering: bool) -> str | None:
     """How this job's SingleRecord lines may be joined into requests of many (records/payloads.py
     ``join_single``), or None: they go one per request.
 
-    Only where nothing but the default handling sees a request (no script, no InputFilter,
-    OutputFilter or JoinSource), for CSV, JSON Lines and JSON lines, and a default signature
-    whose inputs are all numbers with a free batch dimension: there a joined request's rows
-    are the records' own rows, so each record gets the answer it gets alone.
+    Only where nothing but the default handling sees a request (no script), for CSV, JSON
+    Lines and JSON lines, and a default signature whose inputs are all numbers with a free
+    batch dimension: there a joined request's rows are the records' own rows, so each record
+    gets the answer it gets alone. With DataProcessing (``filtering``) CSV and JSON Lines
+    only: the InputFilter reads their joined body row by row, and each record's answer is cut
+    from the joined one before its JoinSource/OutputFilter, as alone; JSON lines join into a
+    JSON Lines body, which an ``application/json`` InputFilter cannot read.
     """
     from tfbatch.handlers.defaults import CSV_TYPES, JSON_TYPES, JSONLINES_TYPES, media_type
     from tfbatch.records import normalize_split_type, normalize_strategy
     from tfbatch.transform.predict import rows_per_call
 
-    if service.handlers is not None or filtering:
+    if service.handlers is not None:
         return None
     if normalize_strategy(spec.batch_strategy) != "SingleRecord" or normalize_split_type(spec.split_type) != "Line":
         return None
     media = media_type(spec.content_type)
     kind = "csv" if media in CSV_TYPES else "jsonl" if media in JSONLINES_TYPES else "json" if media in JSON_TYPES else None
-    if kind is None:
+    if kind is None or (filtering and kind == "json"):
         return None
     try:
         servable = service.model_server.resolve(None)

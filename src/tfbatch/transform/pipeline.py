@@ -111,7 +111,8 @@ class ObjectPipeline:
         if self.join_kind is None:
             return payloads
         limit = self.spec.max_payload_bytes or 0  # a joined request stays within MaxPayloadInMB too
-        return join_single(payloads, self.join_kind, max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES)
+        return join_single(payloads, self.join_kind, max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES,
+                           sent_as=self.processor.filter_input if self.processor.active else None)
 
     # ---- one object -------------------------------------------------------------------
 
@@ -158,7 +159,8 @@ class ObjectPipeline:
                     # failed is not retried as a whole: each record runs alone (_finish).
                     yield payload, _Final(response), None
                 else:
-                    yield payload, self.invoker.answered(response, payload.body), None
+                    # Retried or isolated with the body the model was sent: after the InputFilter.
+                    yield payload, self.invoker.answered(response, self._request_body(payload)), None
 
         return self._run(ref, had_error_file, contextlib.nullcontext, entries)
 
@@ -220,7 +222,7 @@ class ObjectPipeline:
         if payload.error is not None:
             return payload, None, payload.error
         try:
-            body = self.processor.filter_input(payload.body) if self.processor.active else payload.body
+            body = self._request_body(payload)
         except TfbatchError as exc:
             return payload, None, exc
         if hop is None:
@@ -273,6 +275,10 @@ class ObjectPipeline:
         started = [self._start(p) for p in singles]
         for entry in started:
             self._finish(*entry, state, assembler)
+
+    def _request_body(self, payload: Payload) -> bytes:
+        """What the model is sent for ``payload``: its body after the InputFilter."""
+        return self.processor.filter_input(payload.body) if self.processor.active else payload.body
 
     def _process_output(self, record_data: bytes, output: bytes) -> bytes:
         if not self.processor.active:

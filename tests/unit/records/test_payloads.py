@@ -201,3 +201,18 @@ def test_join_single_bounds_records_and_bytes():
 ])
 def test_joinable(data, kind, expected):
     assert joinable(data, kind) is expected
+
+
+def test_a_joined_answer_with_nan_is_cut_from_its_own_text():
+    from tfbatch.records.framing import Record
+    from tfbatch.records.payloads import Payload, split_multi_response
+
+    records = [Record(i, 0, b"x", b"x") for i in range(3)]
+    payload = Payload(records, b"x\nx\nx", joined=True)
+    parts = split_multi_response(payload, b'{"predictions":[[0.1,2.5e-8],[NaN,1.0],[-Infinity,3.0]]}')
+    assert parts == [b'{"predictions":[[0.1,2.5e-8]]}', b'{"predictions":[[NaN,1.0]]}',
+                     b'{"predictions":[[-Infinity,3.0]]}']
+    flat = split_multi_response(payload, b'{"predictions":[0.5,NaN,Infinity]}')
+    assert flat == [b'{"predictions":[0.5]}', b'{"predictions":[NaN]}', b'{"predictions":[Infinity]}']
+    # an answer in another layout that holds NaN is not cut (re-encoding would write null)
+    assert split_multi_response(payload, b'{"predictions": [[NaN, 1.0], [1, 2], [3, 4]]}') is None

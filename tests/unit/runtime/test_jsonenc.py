@@ -90,3 +90,12 @@ def test_compact_dumps_on_the_spellings_where_orjson_differs():
                   [0.00001, -0.000031], [2**64, -2**63 - 1], {1: 2}, ["null", "e-", "0.0000"],
                   [0.05674915, 1e16, 1.0, -0.0, 5e-324], {"SageMakerOutput": {"predictions": [[0.5]]}}):
         assert jsonenc.compact_dumps(value) == _stdlib(value), value
+
+
+def test_a_row_reads_the_same_beside_a_non_finite_row():
+    # NaN in one row must not change how the other rows' floats are written
+    rows = np.array([[0.1, 1 / 3], [np.nan, -np.inf]], dtype=np.float32)
+    batch = jsonenc.dumps({"predictions": jsonenc.native_array(rows)})
+    alone = jsonenc.dumps({"predictions": jsonenc.native_array(rows[:1])})
+    assert batch == b'{"predictions":[[0.1,0.33333334],[NaN,-Infinity]]}'
+    assert alone == b'{"predictions":[[0.1,0.33333334]]}'
