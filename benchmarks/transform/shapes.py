@@ -260,6 +260,9 @@ SHAPES = [
     Shape("jsonl-id", "JSON Lines {\"id\", \"features\"}, InputFilter $.features, JoinSource=Input, "
           "OutputFilter $['id','SageMakerOutput'], MultiRecord 1 MB, no script (20 files)",
           lambda w, s: table(w, s, framing="jsonl-id", join=True)),
+    Shape("csv-id-single", "the csv-id job as SingleRecord (a job's strategy when it names none): one line per "
+          "request to the HTTP design; tfbatch joins lines after the InputFilter (20 files)",
+          lambda w, s: table(w, s, framing="csv-id", strategy="SingleRecord", join=True)),
     Shape("csv-single", "CSV, Line, SingleRecord (the default strategy: one line per request), float-input "
           "model, no script (20 files)", lambda w, s: table(w, s, framing="csv", strategy="SingleRecord")),
     Shape("jsonl-single", "JSON Lines, Line, SingleRecord, float-input model, no script (20 files)",
