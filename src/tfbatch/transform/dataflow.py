@@ -40,7 +40,7 @@ from typing import Any
 
 from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
-from tfbatch.records import DataProcessor, Payload, iter_records, open_input
+from tfbatch.records import Payload, iter_records, open_input
 from tfbatch.storage import ObjectRef
 from tfbatch.storage.io import read_small
 from tfbatch.storage.uri import is_local
@@ -85,8 +85,6 @@ class Dataflow:
         self.threads = max(1, threads)
         self.io_threads = max(1, io_threads)
         self.max_object_bytes = max_object_bytes or MAX_OBJECT_BYTES
-        self.processor = DataProcessor(spec.input_filter, spec.output_filter, spec.join_source,
-                                       spec.content_type, spec.accept)
         self.limit = spec.max_payload_bytes or 0
         # MaxConcurrentTransforms, when given, caps the objects in flight (never below one chunk).
         self.max_in_flight = max_in_flight
@@ -170,8 +168,8 @@ class Dataflow:
             error = payload.error
             if error is None:
                 try:
-                    obj.bodies.append((self.processor.filter_input(payload.body) if self.processor.active
-                                       else payload.body, payload.content_type or self.spec.content_type))
+                    obj.bodies.append((self.pipeline.request_body(payload),
+                                       payload.content_type or self.spec.content_type))
                 except TfbatchError as exc:
                     error = exc
             obj.errors.append(error)

@@ -160,7 +160,7 @@ class ObjectPipeline:
                     yield payload, _Final(response), None
                 else:
                     # Retried or isolated with the body the model was sent: after the InputFilter.
-                    yield payload, self.invoker.answered(response, self._request_body(payload)), None
+                    yield payload, self.invoker.answered(response, self.request_body(payload)), None
 
         return self._run(ref, had_error_file, contextlib.nullcontext, entries)
 
@@ -222,7 +222,7 @@ class ObjectPipeline:
         if payload.error is not None:
             return payload, None, payload.error
         try:
-            body = self._request_body(payload)
+            body = self.request_body(payload)
         except TfbatchError as exc:
             return payload, None, exc
         if hop is None:
@@ -276,7 +276,7 @@ class ObjectPipeline:
         for entry in started:
             self._finish(*entry, state, assembler)
 
-    def _request_body(self, payload: Payload) -> bytes:
+    def request_body(self, payload: Payload) -> bytes:
         """What the model is sent for ``payload``: its body after the InputFilter."""
         return self.processor.filter_input(payload.body) if self.processor.active else payload.body
 
