@@ -42,29 +42,25 @@ def _errors(out: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-@pytest.mark.parametrize(("content_type", "odd", "good"), [
-    ("text/csv", CSV_ODD, GOOD),
-    ("application/jsonlines", JSONL_ODD, JSON_GOOD),
-    ("application/json", JSON_ODD_OBJECTS, JSON_GOOD),
-])
-def test_joined_lines_answer_as_each_line_alone(tmp_path, linear_model, content_type, odd, good):
-    lines = _lines(odd, good)
+def _joined_and_alone(tmp_path: Path, model: Path, content_type: str, lines: list[bytes], **processing):
+    """The lines as one SingleRecord Line object, and each line as an object of its own
+    (SplitType None), with the same DataProcessing: both reports and the joined job's lines."""
     inp, alone = tmp_path / "in", tmp_path / "alone"
     inp.mkdir()
     alone.mkdir()
     (inp / "t.txt").write_bytes(b"\n".join(lines) + b"\n")
     for n, line in enumerate(lines):
         (alone / f"r{n:04d}").write_bytes(line)
-    report = run_transform(model=str(linear_model), input=str(inp), output=str(tmp_path / "out"),
+    report = run_transform(model=str(model), input=str(inp), output=str(tmp_path / "out"),
                            content_type=content_type, split_type="Line", batch_strategy="SingleRecord",
-                           assemble_with="Line")
-    each = run_transform(model=str(linear_model), input=str(alone), output=str(tmp_path / "each"),
-                         content_type=content_type, split_type="None")
-    assert report.records == len(lines)
-    (stats,) = report.batches.values()
-    assert stats["rows"] < len(lines) / 10  # requests: the good lines went many to one
+                           assemble_with="Line", **processing)
+    each = run_transform(model=str(model), input=str(alone), output=str(tmp_path / "each"),
+                         content_type=content_type, split_type="None", **processing)
+    return report, each, (tmp_path / "out" / "t.txt.out").read_bytes().split(b"\n")
 
-    got = (tmp_path / "out" / "t.txt.out").read_bytes().split(b"\n")
+
+def _assert_each_line_as_alone(tmp_path: Path, lines: list[bytes], report, each, got: list[bytes]) -> None:
+    """Every line answered byte for byte as alone; the same records failed, with the same error."""
     assert got[-1] == b"" and len(got) == len(lines) + 1
     errors_alone = {int(e["object"][1:]): e for e in _errors(tmp_path / "each")}
     errors = {e["record"]: e for e in _errors(tmp_path / "out")}
@@ -76,6 +72,20 @@ def test_joined_lines_answer_as_each_line_alone(tmp_path, linear_model, content_
             assert json.loads(line)["error"] == errors[n]["error"] == errors_alone[n]["error"]
         else:
             assert line == (tmp_path / "each" / f"r{n:04d}.out").read_bytes()
+
+
+@pytest.mark.parametrize(("content_type", "odd", "good"), [
+    ("text/csv", CSV_ODD, GOOD),
+    ("application/jsonlines", JSONL_ODD, JSON_GOOD),
+    ("application/json", JSON_ODD_OBJECTS, JSON_GOOD),
+])
+def test_joined_lines_answer_as_each_line_alone(tmp_path, linear_model, content_type, odd, good):
+    lines = _lines(odd, good)
+    report, each, got = _joined_and_alone(tmp_path, linear_model, content_type, lines)
+    assert report.records == len(lines)
+    (stats,) = report.batches.values()
+    assert stats["rows"] < len(lines) / 10  # requests: the good lines went many to one
+    _assert_each_line_as_alone(tmp_path, lines, report, each, got)
 
 
 def test_lines_of_a_script_job_go_one_per_request(tmp_path, linear_model, with_script):
@@ -120,33 +130,12 @@ JSONL_ID_ODD = [b'{"id": "a", "y": [1, 2, 3]}', b'{"id": "b", "x": [1, 2]}', b'{
 def test_joined_lines_with_dataprocessing_answer_as_each_line_alone(tmp_path, linear_model, content_type, odd,
                                                                     good, filters):
     lines = _lines(odd, good)
-    inp, alone = tmp_path / "in", tmp_path / "alone"
-    inp.mkdir()
-    alone.mkdir()
-    (inp / "t.txt").write_bytes(b"\n".join(lines) + b"\n")
-    for n, line in enumerate(lines):
-        (alone / f"r{n:04d}").write_bytes(line)
-    processing = dict(input_filter=filters[0], output_filter=filters[1], join_source="Input")
-    report = run_transform(model=str(linear_model), input=str(inp), output=str(tmp_path / "out"),
-                           content_type=content_type, split_type="Line", batch_strategy="SingleRecord",
-                           assemble_with="Line", **processing)
-    each = run_transform(model=str(linear_model), input=str(alone), output=str(tmp_path / "each"),
-                         content_type=content_type, split_type="None", **processing)
+    report, each, got = _joined_and_alone(tmp_path, linear_model, content_type, lines, input_filter=filters[0],
+                                          output_filter=filters[1], join_source="Input")
     assert report.records == len(lines)
     (stats,) = report.batches.values()
     assert stats["rows"] < len(lines) / 5  # requests: the good lines went many to one
-
-    got = (tmp_path / "out" / "t.txt.out").read_bytes().split(b"\n")
-    assert got[-1] == b"" and len(got) == len(lines) + 1
-    errors_alone = {int(e["object"][1:]): e for e in _errors(tmp_path / "each")}
-    errors = {e["record"]: e for e in _errors(tmp_path / "out")}
-    assert sorted(errors) == sorted(errors_alone) and errors
-    assert report.failed_records == each.failed_records == len(errors)
-    for n, line in enumerate(got[:-1]):
-        if n in errors:
-            assert json.loads(line)["error"] == errors[n]["error"] == errors_alone[n]["error"]
-        else:
-            assert line == (tmp_path / "each" / f"r{n:04d}.out").read_bytes()
+    _assert_each_line_as_alone(tmp_path, lines, report, each, got)
     assert b"r139" in got[-2]  # the id came back beside the prediction
 
 
@@ -204,19 +193,8 @@ def test_a_non_finite_row_answers_in_its_run_as_alone(tmp_path, linear_model, co
     """A run whose answer holds NaN or Infinity: that record keeps TF Serving's token (not
     null), and its neighbours the digits they get alone."""
     lines = _lines(odd, good)
-    inp, alone = tmp_path / "in", tmp_path / "alone"
-    inp.mkdir()
-    alone.mkdir()
-    (inp / "t.txt").write_bytes(b"\n".join(lines) + b"\n")
-    for n, line in enumerate(lines):
-        (alone / f"r{n:04d}").write_bytes(line)
-    report = run_transform(model=str(linear_model), input=str(inp), output=str(tmp_path / "out"),
-                           content_type=content_type, split_type="Line", batch_strategy="SingleRecord",
-                           assemble_with="Line")
-    each = run_transform(model=str(linear_model), input=str(alone), output=str(tmp_path / "each"),
-                         content_type=content_type, split_type="None")
+    report, each, got = _joined_and_alone(tmp_path, linear_model, content_type, lines)
     assert report.failed_records == each.failed_records
-    got = (tmp_path / "out" / "t.txt.out").read_bytes().split(b"\n")
     for n, line in enumerate(got[:-1]):
         if (tmp_path / "each" / f"r{n:04d}.out").exists():
             assert line == (tmp_path / "each" / f"r{n:04d}.out").read_bytes(), (n, lines[n])
