@@ -34,6 +34,13 @@ RECORDIO_MAGIC = 0xCED7230A
 
 # Seed 004's second job, written anew: parse the Example, base64-wrap its image for TFS REST;
 # answer with the TFS JSON minus its whitespace so each record is one line (JSON Lines).
+# The output_handler of most SageMaker scripts: the model's answer as it is.
+_PASS_THROUGH_OUTPUT = '''def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
 TFRECORD_SCRIPT = '''\
 import base64
 import json
@@ -73,11 +80,7 @@ def input_handler(data, context):
     return json.dumps({"instances": images})
 
 
-def output_handler(response, context):
-    if response.status_code != 200:
-        raise ValueError(response.content.decode("utf-8"))
-    return response.content, context.accept_header
-'''
+''' + _PASS_THROUGH_OUTPUT
 
 # A CSV job's usual SageMaker script: the payload's lines to TF Serving's "instances" JSON.
 CSV_SCRIPT = '''\
@@ -92,11 +95,7 @@ def input_handler(data, context):
     return json.dumps({"instances": rows})
 
 
-def output_handler(response, context):
-    if response.status_code != 200:
-        raise ValueError(response.content.decode("utf-8"))
-    return response.content, context.accept_header
-'''
+''' + _PASS_THROUGH_OUTPUT
 
 # What a SageMaker user with a float-input model must ship: the TFS container cannot take an
 # image body for a float tensor, so the script decodes and resizes it (PIL) and sends JSON floats.
@@ -114,11 +113,7 @@ def input_handler(data, context):
     return json.dumps({"instances": [pixels.tolist()]})
 
 
-def output_handler(response, context):
-    if response.status_code != 200:
-        raise ValueError(response.content.decode("utf-8"))
-    return response.content, context.accept_header
-'''
+''' + _PASS_THROUGH_OUTPUT
 
 
 # The same for a model that takes each image at its own size: no resize, every pixel as JSON.
