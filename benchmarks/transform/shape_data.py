@@ -6,14 +6,16 @@ scikit-learn (:mod:`benchmarks.common.dataset`) and from a seeded random generat
 * ``jpegs``: small JPEGs (18-26 KB, ~22 KB median), one per file;
 * ``tfrecord``: the same JPEGs as ``tf.train.Example`` records (``image/encoded``), in 10 shards;
 * ``recordio``: the same JPEGs framed as MXNet RecordIO, in 10 files;
-* ``csv`` / ``jsonl``: 20 files of rows of 32 floats (CSV, or compact JSON arrays).
+* ``csv`` / ``jsonl``: 20 files of rows of 32 floats (CSV, or compact JSON arrays);
+* ``pngs``: the JPEGs cut to 32 x 32 and saved as PNG, as CIFAR-10's images are (seed 002).
 
 Models (random weights; same compute as trained ones): the ``tiny`` string-input model of
 :mod:`benchmarks.common.models` (decodes JPEG in its graph), ``float64`` (a small Keras CNN
 saved with ``tf.saved_model.save(keras_model)``: ``serving_default`` takes float32
 ``[None, 64, 64, 3]``, the most common export), ``anysize`` (the same layers, fully
-convolutional: float32 ``[None, None, None, 3]``, each image at its own size) and ``vec32``
-(Dense layers on ``[None, 32]``).
+convolutional: float32 ``[None, None, None, 3]``, each image at its own size), ``vec32``
+(Dense layers on ``[None, 32]``) and ``cifar`` (seed 002's CNN, ``tfbatch.train.models``,
+float32 ``[None, 32, 32, 3]``).
 """
 
 from __future__ import annotations
@@ -114,6 +116,32 @@ def input_handler(data, context):
 
 
 ''' + _PASS_THROUGH_OUTPUT
+
+
+# Seed 002's script, as its notebook ships it beside the CIFAR-10 CNN: PIL opens the PNG and the
+# pixels go to TF Serving as JSON integers (0-255), one image per request; its output_handler
+# passes the answer through.
+CIFAR_SCRIPT = '''\
+import io
+import json
+
+import numpy as np
+from PIL import Image
+
+
+def input_handler(data, context):
+    if context.request_content_type == "application/x-image":
+        image = Image.open(io.BytesIO(data.read()))
+        instance = np.expand_dims(image, axis=0)
+        return json.dumps({"instances": instance.tolist()})
+    raise ValueError("Unsupported content type: " + str(context.request_content_type))
+
+
+def output_handler(data, context):
+    if data.status_code != 200:
+        raise ValueError(data.content.decode("utf-8"))
+    return data.content, context.accept_header
+'''
 
 
 # The same for a model that takes each image at its own size: no resize, every pixel as JSON.
@@ -249,6 +277,25 @@ def json_images(workdir: Path, count: int, seed: int = 0) -> Path:
     return folder / "input"
 
 
+def pngs(workdir: Path, count: int, seed: int = 0) -> Path:
+    """The JPEGs of :func:`jpegs` cut to 32 x 32 (PIL's bilinear resize) and saved as RGB PNGs,
+    named ``<n>_<label>.png`` as seed 002's CIFAR-10 images are (~3 KB each)."""
+    from PIL import Image
+
+    folder = workdir / f"pngs-{count}-{seed}"
+    meta = {"count": count, "seed": seed, "size": 32}
+    if _done(folder, meta):
+        return folder / "input"
+    images = sorted(jpegs(workdir, count, seed).iterdir())
+    target = _fresh(folder)
+    labels = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+    for n, image in enumerate(images):
+        with Image.open(image) as im:
+            im.convert("RGB").resize((32, 32), Image.BILINEAR).save(target / f"{n:06d}_{labels[n % 10]}.png")
+    (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
 def table(workdir: Path, kind: str, rows_per_file: int, seed: int = 0) -> Path:
     """``TABLE_FILES`` files of ``rows_per_file`` rows of 32 floats, as "csv" or "jsonl"; "csv-id"
     and "jsonl-id" put an id first (``r<file>-<row>``: a CSV column, or ``{"id": ..., "features":
@@ -281,6 +328,10 @@ def _keras_model(name: str):
     import keras
 
     keras.utils.set_random_seed(7)
+    if name == "cifar":
+        from tfbatch.train.models import build_cifar_cnn
+
+        return build_cifar_cnn((32, 32, 3), 10)
     if name in ("float64", "anysize"):
         inputs = keras.Input((64, 64, 3) if name == "float64" else (None, None, 3))
         x = keras.layers.Conv2D(8, 3, strides=2, activation="relu")(inputs)

@@ -71,11 +71,15 @@ def _signature(model_dir: str, float_model: bool):
     return loaded, predict, key, spec
 
 
-def _image_decoder(spec, float_model: bool):
+def _image_decoder(spec, float_model: bool, raw: bool = False):
     import tensorflow as tf
 
     from benchmarks.common.models import decode_and_resize
 
+    if raw:  # the pixels as they are (0-255), at the model's size: what the CIFAR-10 script sends
+        shape = (int(spec.shape[1]), int(spec.shape[2]), 3)
+        return lambda data: tf.ensure_shape(tf.cast(tf.io.decode_image(data, channels=3, expand_animations=False),
+                                                    tf.float32), shape)
     if spec.shape[1] is None:  # each image at its own size (batches of one)
         return lambda data: tf.cast(tf.io.decode_jpeg(data, channels=3), tf.float32) / 255.0
     size = int(spec.shape[1])
@@ -112,7 +116,7 @@ def _split_recordio(data: bytes) -> np.ndarray:
 
 
 def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_size: int, float_model: bool,
-        framing: str = "", join: bool = False) -> dict:
+        framing: str = "", join: bool = False, raw: bool = False) -> dict:
     import tensorflow as tf
 
     started = time.monotonic()
@@ -130,7 +134,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
         pending = []
         if kind in ("files", "json"):
-            decode = _image_decoder(spec, float_model) if kind == "files" else _json_decoder(spec)
+            decode = _image_decoder(spec, float_model, raw) if kind == "files" else _json_decoder(spec)
             images = (tf.data.Dataset.from_tensor_slices(files)
                       .map(lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
                       .batch(batch_size).prefetch(auto))
@@ -255,9 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--join", action="store_true", help="table: JoinSource=Input, each line beside its prediction")
+    parser.add_argument("--raw", action="store_true",
+                        help="files, --float: PNG or JPEG pixels as they are (0-255, no resize), as the CIFAR-10 "
+                             "script sends them")
     args = parser.parse_args(argv)
     print(json.dumps(run(args.kind, args.model_dir, args.input, args.output, batch_size=args.batch_size,
-                         float_model=args.float, framing=args.framing, join=args.join)))
+                         float_model=args.float, framing=args.framing, join=args.join, raw=args.raw)))
     return 0
 
 

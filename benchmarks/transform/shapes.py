@@ -150,6 +150,20 @@ def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
 
+def png_cifar(workdir: Path, scale: Scale) -> Job:
+    """Seed 002's batch job: CIFAR-10-sized PNGs (32 x 32), its CNN (float32 ``[None, 32, 32, 3]``)
+    and its script (PIL, the pixels as JSON integers). Every contender feeds the model the
+    pixels as they are (0-255): tfbatch and the HTTP design by running the script, the expert
+    with ``decode_png`` and a cast (``shape_tfdata --float --raw``)."""
+    n = _count(scale)
+    inputs = data.pngs(workdir, n)
+    model = data.keras_artifact("cifar", workdir, data.CIFAR_SCRIPT)
+    archive = model / "model.tar.gz"
+    return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
+               _tfdata("files", model / "savedmodel" / "1", inputs, "--float", "--raw"),
+               _server(archive), _client(archive, inputs, "application/x-image"))
+
+
 def jpeg_anysize(workdir: Path, scale: Scale) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
@@ -235,6 +249,8 @@ SHAPES = [
     Shape("jpeg-handler", "a single handler that POSTs each image to context.rest_uri, tiny model", jpeg_handler),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
+    Shape("png-cifar-script", "seed 002's job: 32x32 PNGs, its CIFAR-10 CNN (float32 [None,32,32,3]) and its "
+          "script (PIL, pixels as JSON integers)", png_cifar),
     Shape("json-float", "one JSON request body per file ({\"instances\": [64x64x3 floats]}), float-input Keras "
           "model, no script", json_float),
     Shape("tfrecord", "TFRecord shards, SingleRecord, AssembleWith Line, Example-parsing inference.py (seed 004)",
