@@ -81,6 +81,7 @@ def _csv_value(text: str) -> Any:
 # What a plain numeric CSV body is made of: no quotes, spaces, letters (nan, inf), or "_".
 _CSV_NUMERIC = b"0123456789.eE+-,\n\r"
 _EXACT_INTEGERS = 2.0 ** 53  # below this, every integer is exactly a float64
+_INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 def _json_lines_bulk(body: bytes) -> list | None:
@@ -115,14 +116,20 @@ def table_tensors(body: bytes, content_type: str | None, signature) -> dict[str,
     line. Cells are parsed by NumPy's text reader, which converts a number with the same
     correctly rounded routine as ``float()``; the general path's integer cells become the
     same float64 (checked: below 2**53; an integer ``-0`` is ``int("-0") == 0`` there, so ``0.0``).
-    Anything else (quotes, blanks, text, NaN, ragged rows, a bad cell) returns None, and the
+    Or a signature with one integer input (ids, counts, categories) and a body of integers
+    only (no ``.eE``): read as int64, as ``np.asarray`` makes the general path's ``int()``
+    cells (NumPy's reader takes the same ``+5``, ``007`` and ``-0``, and refuses a value past
+    int64), then the same ``coerce`` to the input's dtype. Anything else (quotes, blanks, text, NaN, ragged rows, a bad cell) returns None, and the
     general path answers, with its error if there is one.
     """
     if media_type(content_type) not in CSV_TYPES or len(signature.inputs) != 1:
         return None
     (key, info), = signature.inputs.items()
-    if info.dtype not in ("float32", "float64") or not body or body.translate(None, _CSV_NUMERIC):
+    integers = info.dtype in _INTEGER_DTYPES
+    if not (integers or info.dtype in ("float32", "float64")) or not body or body.translate(None, _CSV_NUMERIC):
         return None
+    if integers and (b"." in body or b"e" in body or b"E" in body):
+        return None  # a float cell: the general path refuses it for an integer input, by name
     if b"\r" in body:
         body = body.replace(b"\r\n", b"\n")
         if b"\r" in body:
@@ -136,17 +143,18 @@ def table_tensors(body: bytes, content_type: str | None, signature) -> dict[str,
     if text.count(",") != rows * (columns - 1):
         return None
     try:
-        array = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.float64, comments=None, ndmin=2,
-                           quotechar=None)
-    except ValueError:
+        array = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.int64 if integers else np.float64,
+                           comments=None, ndmin=2, quotechar=None)
+    except (ValueError, OverflowError):
         return None  # a ragged row, an empty or malformed cell: the general path names it
     if array.shape != (rows, columns) or not array.size:
         return None
-    if not np.abs(array).max() < _EXACT_INTEGERS:
-        return None
-    negative_zero = np.signbit(array) & (array == 0)
-    if negative_zero.any():
-        _integer_zeros(text, array, negative_zero)
+    if not integers:
+        if not np.abs(array).max() < _EXACT_INTEGERS:
+            return None
+        negative_zero = np.signbit(array) & (array == 0)
+        if negative_zero.any():
+            _integer_zeros(text, array, negative_zero)
     if columns == 1:
         array = array.reshape(rows)  # one-column rows are scalars there
     from tfbatch.runtime.servable import coerce

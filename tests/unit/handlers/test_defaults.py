@@ -124,12 +124,38 @@ def test_anything_else_is_left_to_the_general_path(body):
     assert table_tensors(body, "text/csv", _signature()) is None
 
 
-def test_only_a_single_float_input_gets_the_bulk_path():
+def test_only_a_single_float_or_integer_input_gets_the_bulk_path():
     body = b"1,2,3\n"
-    assert table_tensors(body, "text/csv", _signature("int64")) is None
     assert table_tensors(body, "text/csv", _signature("string")) is None
+    assert table_tensors(body, "text/csv", _signature("bool")) is None
     assert table_tensors(body, "application/json", _signature()) is None
     assert table_tensors(body, "text/csv", _signature("float64"))["x"].dtype == np.float64
+    assert table_tensors(body, "text/csv", _signature("int64"))["x"].dtype == np.int64
+
+
+def test_integer_csv_is_read_in_bulk_to_the_general_paths_tensor():
+    body = b"1,+2,-3\r\n007,-0,9223372036854775807\n"
+    for dtype in ("int64", "uint64"):
+        sig = _signature(dtype)
+        kind, general = _general(body, sig)
+        bulk = table_tensors(body, "text/csv", sig)
+        if kind == "ok":
+            assert _same_tensor(bulk["x"], general)
+        else:  # a negative value for uint64: the general path's error, not a wrapped value
+            assert bulk is None
+    small = b"1,2,3\n4,5,6\n"
+    for dtype in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
+        assert _same_tensor(table_tensors(small, "text/csv", _signature(dtype))["x"], _general(small, _signature(dtype))[1])
+
+
+@pytest.mark.parametrize("body", [b"1,2,3.0\n", b"1,2,1e3\n", b"1,2,9223372036854775808\n", b"1,2,-\n", b"1,2,\n",
+                                  b"1,2,300\n"])
+def test_integer_csv_the_bulk_path_leaves_alone(body):
+    """Float cells, values past int64 or the input's dtype, empty or malformed cells: the
+    general path reads or refuses them, with its own message."""
+    sig = _signature("int8")
+    assert table_tensors(body, "text/csv", sig) is None
+    assert _general(body, sig)[0] == "error"
 
 
 _cells = st.one_of(
@@ -145,6 +171,28 @@ _cells = st.one_of(
 @given(st.lists(st.lists(_cells, min_size=3, max_size=3), min_size=1, max_size=6), st.sampled_from(["\n", "\r\n"]),
        st.sampled_from(["float32", "float64"]))
 def test_bulk_csv_never_differs_from_the_general_path(rows, newline, dtype):
+    sig = _signature(dtype)
+    body = newline.join(",".join(row) for row in rows).encode() + newline.encode()
+    bulk = table_tensors(body, "text/csv", sig)
+    if bulk is None:
+        return
+    kind, general = _general(body, sig)
+    assert kind == "ok", general
+    assert _same_tensor(bulk["x"], general)
+
+
+_integer_cells = st.one_of(
+    st.integers(-2**63, 2**63 - 1).map(str),
+    st.integers(0, 300).map(lambda v: f"+{v:03d}"),
+    st.sampled_from(["-0", "+0", "00", "-", "+", "2**8", "1e2", "3.0"]),
+    st.text(alphabet="0123456789+-", min_size=0, max_size=6),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_integer_cells, min_size=3, max_size=3), min_size=1, max_size=6),
+       st.sampled_from(["\n", "\r\n"]), st.sampled_from(["int8", "int32", "int64", "uint8", "uint64"]))
+def test_bulk_integer_csv_never_differs_from_the_general_path(rows, newline, dtype):
     sig = _signature(dtype)
     body = newline.join(",".join(row) for row in rows).encode() + newline.encode()
     bulk = table_tensors(body, "text/csv", sig)
