@@ -119,8 +119,9 @@ def table_tensors(body: bytes, content_type: str | None, signature) -> dict[str,
     Or a signature with one integer input (ids, counts, categories) and a body of integers
     only (no ``.eE``): read as int64, as ``np.asarray`` makes the general path's ``int()``
     cells (NumPy's reader takes the same ``+5``, ``007`` and ``-0``, and refuses a value past
-    int64), then the same ``coerce`` to the input's dtype. Anything else (quotes, blanks, text, NaN, ragged rows, a bad cell) returns None, and the
-    general path answers, with its error if there is one.
+    int64), then the same ``coerce`` to the input's dtype. Anything else (quotes, blanks,
+    text, NaN, ragged rows, a bad cell) returns None, and the general path answers, with its
+    error if there is one.
     """
     if media_type(content_type) not in CSV_TYPES or len(signature.inputs) != 1:
         return None

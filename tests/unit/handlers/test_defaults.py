@@ -145,7 +145,8 @@ def test_integer_csv_is_read_in_bulk_to_the_general_paths_tensor():
             assert bulk is None
     small = b"1,2,3\n4,5,6\n"
     for dtype in ("int8", "int16", "int32", "uint8", "uint16", "uint32"):
-        assert _same_tensor(table_tensors(small, "text/csv", _signature(dtype))["x"], _general(small, _signature(dtype))[1])
+        sig = _signature(dtype)
+        assert _same_tensor(table_tensors(small, "text/csv", sig)["x"], _general(small, sig)[1])
 
 
 @pytest.mark.parametrize("body", [b"1,2,3.0\n", b"1,2,1e3\n", b"1,2,9223372036854775808\n", b"1,2,-\n", b"1,2,\n",
