@@ -196,10 +196,10 @@ def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JO
 
 
 def _joinable_as_sent(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bool:
-    if sent_as is None:
-        return joinable(body, kind)
     if not joinable(body, kind):
         return False
+    if sent_as is None:
+        return True
     try:
         return joinable(sent_as(body), kind)
     except TfbatchError:
