@@ -99,3 +99,46 @@ def test_a_row_reads_the_same_beside_a_non_finite_row():
     alone = jsonenc.dumps({"predictions": jsonenc.native_array(rows[:1])})
     assert batch == b'{"predictions":[[0.1,0.33333334],[NaN,-Infinity]]}'
     assert alone == b'{"predictions":[[0.1,0.33333334]]}'
+
+
+# ---- fast_loads: orjson's value only where it is the standard library's ----
+
+def _typed(value):
+    """The value with every number's type kept (1 == 1.0 == True otherwise)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, repr(value))
+
+
+def _fast_or_stdlib(data):
+    value = jsonenc.fast_loads(data)
+    return json.loads(data) if value is jsonenc.UNREAD else value
+
+
+# Long strings take a body past the size where the scan runs first: the walk decides there.
+_PADDED = st.tuples(_JSON_VALUES, st.integers(min_value=0, max_value=6000)).map(
+    lambda pair: {"pad": "x" * pair[1], "value": pair[0]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PADDED)
+def test_fast_loads_gives_the_standard_librarys_value_or_unread(value):
+    text = json.dumps(value)
+    for data in (text, text.encode()):
+        assert _typed(_fast_or_stdlib(data)) == _typed(json.loads(text))
+
+
+def test_fast_loads_leaves_long_integers_to_the_standard_library_in_large_bodies():
+    image = "QUJD" * 2000  # a base64 text: the kind of body the walk spares the scan
+    for big in (2**64, -2**63 - 1, 10**30):
+        for value in ({"instances": [{"b64": image}], "n": big},           # beside the strings
+                      {"instances": [{"b64": image, "k": [[1, [big]]]}]},  # nested deep
+                      {"pad": image, "v": list(range(100)) + [big]}):     # past the walk's budget
+            text = json.dumps(value)
+            assert len(text) > 4096
+            assert jsonenc.fast_loads(text) is jsonenc.UNREAD, value
+            assert jsonenc.loads(text) == value
+    plain = {"instances": [{"b64": image}] * 3}
+    assert jsonenc.fast_loads(json.dumps(plain)) == plain  # no number in it: read by orjson
