@@ -135,7 +135,7 @@ def fast_loads(data: bytes | str) -> Any:
         return UNREAD
     # A long integer is misread only as a float: a value with no float in it (a base64 image's
     # request, records of text) was read exactly, and the text need not be scanned.
-    if not small and _may_hold_floats(value, len(data) // _BYTES_PER_WALKED_VALUE) and has_long_digits(data):
+    if not small and _may_hold_floats(value, len(data)) and has_long_digits(data):
         return UNREAD
     return value
 
@@ -144,15 +144,17 @@ def fast_loads(data: bytes | str) -> Any:
 _SCAN_FIRST_BELOW = 4096
 
 
-# The text scan costs ~1 ns a byte, the walk ~100 ns a value: ``_may_hold_floats`` looks at
-# no more values (strings aside) than one per this many bytes of the body, so that where it
-# gives up, on a body of numbers, it has cost a small part of the scan it could not save.
+# The text scan costs ~1 ns a byte, the walk ~100 ns a value (~40 a string): ``_may_hold_floats``
+# looks at no more values other than strings than one per 512 bytes of the body, and no more
+# values in all than one per 128, so that where it gives up (a body of numbers, or of many short
+# strings) it has cost a small part of the scan it could not save.
 _BYTES_PER_WALKED_VALUE = 512
+_BYTES_PER_WALKED_STRING = 128
 
 
-def _may_hold_floats(value: Any, budget: int) -> bool:
-    """False when ``value`` (orjson's result) surely holds no float; True when it holds one,
-    or more than ``budget`` values other than strings to look through.
+def _may_hold_floats(value: Any, size: int) -> bool:
+    """False when ``value`` (orjson's result from ``size`` bytes) surely holds no float; True
+    when it holds one, or more values than the budgets above let it look through.
 
     On the seeds' scripted image job the text scan took 40 us of a 30 KB base64 body, four
     times orjson's parse; looking through the values of that body takes ~1 us."""
@@ -160,15 +162,20 @@ def _may_hold_floats(value: Any, budget: int) -> bool:
         return True
     if type(value) is not dict and type(value) is not list:
         return False
+    numbers, values = size // _BYTES_PER_WALKED_VALUE, size // _BYTES_PER_WALKED_STRING
     todo = [value]
     while todo:
         node = todo.pop()
-        for item in (node.values() if type(node) is dict else node):
+        items = node.values() if type(node) is dict else node
+        values -= len(items)
+        if values < 0:
+            return True
+        for item in items:
             kind = type(item)
             if kind is str:
                 continue
-            budget -= 1
-            if budget < 0 or kind is float:
+            numbers -= 1
+            if numbers < 0 or kind is float:
                 return True
             if kind is dict or kind is list:
                 todo.append(item)
