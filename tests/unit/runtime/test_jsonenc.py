@@ -135,7 +135,8 @@ def test_fast_loads_leaves_long_integers_to_the_standard_library_in_large_bodies
     for big in (2**64, -2**63 - 1, 10**30):
         for value in ({"instances": [{"b64": image}], "n": big},           # beside the strings
                       {"instances": [{"b64": image, "k": [[1, [big]]]}]},  # nested deep
-                      {"pad": image, "v": list(range(100)) + [big]}):     # past the walk's budget
+                      {"pad": image, "v": list(range(100)) + [big]},      # past the walk's budget
+                      {"words": ["ab"] * 2000 + [big]}):                   # past it, in strings
             text = json.dumps(value)
             assert len(text) > 4096
             assert jsonenc.fast_loads(text) is jsonenc.UNREAD, value
