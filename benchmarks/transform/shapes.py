@@ -399,8 +399,9 @@ def markdown(results: dict) -> str:
                                                 f"({_f(r['steady_cpu_ms_per_record'], 2)}; "
                                                 f"{_f(r['cpu_ms_per_record'], 2)})" if r["ok"] else "failed"))
         rat = shape["ratios"]
+        # "–" where there is nothing to compare: the contender or (b) did not run.
         agree = ", ".join("yes" if last.get(c, {}).get("agreement_with_b", {}).get("same") else
-                          ("–" if c not in last else "NO") for c in "ac")
+                          ("–" if "agreement_with_b" not in last.get(c, {}) else "NO") for c in "ac")
         lines.append(f"| {name} | {shape['records']} | " + " | ".join(cells) + " | "
                      + " | ".join(_f(value, 2) + "×" for k in ("a/b", "a/c")
                                   for value in (rat.get(k, {}).get("steady_per_s"), rat.get(k, {}).get("end_to_end_per_s"),
