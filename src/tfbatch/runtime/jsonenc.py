@@ -148,8 +148,8 @@ _SCAN_FIRST_BELOW = 4096
 # looks at no more values other than strings than one per 512 bytes of the body, and no more
 # values in all than one per 128, so that where it gives up (a body of numbers, or of many short
 # strings) it has cost a small part of the scan it could not save.
-_BYTES_PER_WALKED_VALUE = 512
-_BYTES_PER_WALKED_STRING = 128
+_BYTES_PER_NON_STRING = 512
+_BYTES_PER_VALUE = 128
 
 
 def _may_hold_floats(value: Any, size: int) -> bool:
@@ -162,7 +162,7 @@ def _may_hold_floats(value: Any, size: int) -> bool:
         return True
     if type(value) is not dict and type(value) is not list:
         return False
-    numbers, values = size // _BYTES_PER_WALKED_VALUE, size // _BYTES_PER_WALKED_STRING
+    numbers, values = size // _BYTES_PER_NON_STRING, size // _BYTES_PER_VALUE
     todo = [value]
     while todo:
         node = todo.pop()
