@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "src" / "tfbatch"
 
 # package (or top-level module) -> level; higher levels build on lower ones.
 LAYERS: dict[str, int] = {
-    "errors": 0, "lazy": 0, "sockio": 0,
+    "errors": 0, "lazy": 0, "sockio": 0, "limits": 0,
     "ports": 1, "settings": 1, "labels": 1,
     "storage": 2,
     "batching": 3,

@@ -18,14 +18,9 @@ import pydantic
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tfbatch.errors import ConfigError
-
-MIB = 1024 * 1024
-# gRPC's message cap, TF Serving's default as well: the endpoint, the loopback endpoint a
-# batch job opens for handler scripts, and the handler context all use it.
-# The default HTTP body limit; gRPC's message limit and a request's decoded-tensor budget default
-# to the same figure so both protocols accept the same requests.
-MAX_BODY_MB = 100
-GRPC_MAX_MESSAGE_MB = MAX_BODY_MB
+# The shared size limits live in tfbatch.limits (no imports); named here too for the modules
+# that read them beside the environment.
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MAX_BODY_MB, MIB  # noqa: F401
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})

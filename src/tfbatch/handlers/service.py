@@ -21,9 +21,9 @@ from tfbatch.errors import HandlerError, InvalidInput, TfbatchError, from_except
 from tfbatch.handlers import defaults
 from tfbatch.handlers.context import METHODS, Context, parse_custom_attributes, rest_uri
 from tfbatch.handlers.user_code import UserHandlers
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_encoded_images, limit_pil
 from tfbatch.runtime import jsonenc
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 from tfbatch.tfs.api import TfsApi
 
 log = logging.getLogger(__name__)

@@ -1,19 +1,17 @@
 """In-process TensorFlow SavedModel execution with TF Serving's semantics.
 
-TensorFlow is imported lazily (on first model load), so importing this package is cheap.
+TensorFlow is imported lazily (on first model load), and so are this package's names: a
+module that needs one of its light parts (``tfbatch.runtime.jsonenc`` in a handler worker
+process) does not pay for the model server and its settings (pydantic) on import.
 """
 
-from tfbatch.runtime.model_server import ModelServer
-from tfbatch.runtime.servable import Servable
-from tfbatch.runtime.settings import RuntimeSettings
-from tfbatch.runtime.signature import SignatureInfo, TensorInfo
-from tfbatch.runtime.threads import configure_threads
+from __future__ import annotations
 
-__all__ = [
-    "RuntimeSettings",
-    "configure_threads",
-    "TensorInfo",
-    "SignatureInfo",
-    "Servable",
-    "ModelServer",
-]
+from tfbatch.lazy import lazy_names
+
+_LAZY = {"ModelServer": "tfbatch.runtime.model_server", "Servable": "tfbatch.runtime.servable",
+         "RuntimeSettings": "tfbatch.runtime.settings", "SignatureInfo": "tfbatch.runtime.signature",
+         "TensorInfo": "tfbatch.runtime.signature", "configure_threads": "tfbatch.runtime.threads"}
+__all__ = list(_LAZY)
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -8,12 +8,14 @@ the benchmarks' HTTP baseline all call it, so one request body means the same ev
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfbatch import errors
-from tfbatch.runtime import ModelServer, Servable, SignatureInfo
-from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
+from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD, SignatureInfo
 from tfbatch.tfs import codec, examples as example_codec
+
+if TYPE_CHECKING:  # a handler worker process imports this module, never the model server
+    from tfbatch.runtime import ModelServer, Servable
 
 
 class TfsApi:
