@@ -1,7 +1,7 @@
 """Size limits that the endpoint, the batch job and the handler worker processes share.
 
 Plain numbers, importing nothing: a handler worker process needs them, and not the
-environment's settings model (``tfbatch.settings``, pydantic), which re-exports them.
+environment's settings model (``tfbatch.settings``, pydantic).
 """
 
 MIB = 1024 * 1024

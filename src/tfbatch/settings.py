@@ -18,9 +18,6 @@ import pydantic
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tfbatch.errors import ConfigError
-# The shared size limits live in tfbatch.limits (no imports); named here too for the modules
-# that read them beside the environment.
-from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MAX_BODY_MB, MIB  # noqa: F401
 
 _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})

@@ -28,7 +28,7 @@ import numpy as np
 from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
 from tfbatch.handlers.pool import LOST, HandlerPool
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping
 
 from tfbatch.handlers.service import InferenceService
 from tfbatch.handlers.user_code import UserHandlers, load_handlers
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 

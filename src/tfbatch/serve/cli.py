@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from tfbatch.settings import MAX_BODY_MB
+from tfbatch.limits import MAX_BODY_MB
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,8 @@ from typing import Any
 import pydantic
 
 from tfbatch.errors import ConfigError
-from tfbatch.settings import MAX_BODY_MB, MIB, Environment, describe_errors
+from tfbatch.limits import MAX_BODY_MB, MIB
+from tfbatch.settings import Environment, describe_errors
 
 # SageMaker Runtime's InvokeEndpoint refuses bodies over 6 MB; --sagemaker-body-limit mirrors it.
 SAGEMAKER_MAX_BODY_MB = 6.0

@@ -29,8 +29,8 @@ from tfbatch.tfs.protos.tensorflow_serving.apis import (
 )
 
 from tfbatch.errors import InvalidInput, NotFound, RequestTimeout, TfbatchError, from_exception
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MAX_BODY_MB, MIB
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MAX_BODY_MB, MIB
 from tfbatch.tfs.api import TfsApi
 from tfbatch.tfs.tensors import check_budget, dtype_enum, from_ndarray, shape_proto, to_ndarray
 

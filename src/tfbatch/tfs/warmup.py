@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from tfbatch.errors import ArtifactError, TfbatchError
+from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 from tfbatch.records.framing import RecordLimit, iter_records
 from tfbatch.runtime import Servable
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD
-from tfbatch.settings import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from tfbatch.errors import ConfigError
-from tfbatch.settings import MIB
+from tfbatch.limits import MIB
 from tfbatch.records.framing import RecordLimit
 
 SplitType = Literal["None", "Line", "RecordIO", "TFRecord"]
