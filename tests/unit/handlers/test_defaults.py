@@ -82,6 +82,7 @@ import numpy as np  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from tests.support.typed import typed  # noqa: E402
 from tfbatch.errors import TfbatchError  # noqa: E402
 from tfbatch.handlers.defaults import table_tensors  # noqa: E402
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo  # noqa: E402
@@ -220,15 +221,6 @@ def test_json_lines_the_bulk_path_leaves_alone_still_parse():
     assert np.isnan(instances[0][0])
 
 
-def _typed(value):
-    """``value`` with every leaf tagged by its type: 1 and 1.0, or an int and its nearest float, differ."""
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    return type(value).__name__, repr(value)
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
@@ -242,7 +234,7 @@ def test_bulk_json_reads_as_the_standard_library_does(value):
         wrapped = {"instances": expected}  # "[[": already the list of instances
     else:
         wrapped = {"instances": [expected]}
-    assert _typed(json_request(body, "application/json")) == _typed(wrapped)
+    assert typed(json_request(body, "application/json")) == typed(wrapped)
 
 
 @pytest.mark.parametrize("number", [-9223372036854775809, -(10 ** 19), 18446744073709551616, 10 ** 30])
@@ -253,7 +245,7 @@ def test_integers_beyond_64_bits_stay_integers(number, media):
     body = json.dumps({"instances": [[number, 1.5]]}).encode()
     request = json_request(body, media)
     rows = request["instances"] if media == "application/json" else request["instances"][0]["instances"]
-    assert _typed(rows) == _typed([[number, 1.5]])
+    assert typed(rows) == typed([[number, 1.5]])
 
 
 def test_json_the_bulk_path_leaves_alone_still_parses():
@@ -270,4 +262,4 @@ def test_jsonenc_loads_keeps_long_integers_in_text_and_bytes(as_text):
 
     body = '{"instances": [[-9223372036854775809, 0.25, 12]]}'
     value = jsonenc.loads(body if as_text else body.encode())
-    assert _typed(value) == _typed(json.loads(body))
+    assert typed(value) == typed(json.loads(body))

@@ -3,6 +3,7 @@ import sys
 
 import numpy as np
 
+from tests.support.typed import typed
 from tfbatch.runtime import jsonenc
 from tfbatch.tfs.codec import encode_predict
 
@@ -103,15 +104,6 @@ def test_a_row_reads_the_same_beside_a_non_finite_row():
 
 # ---- fast_loads: orjson's value only where it is the standard library's ----
 
-def _typed(value):
-    """The value with every number's type kept (1 == 1.0 == True otherwise)."""
-    if isinstance(value, dict):
-        return {k: _typed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_typed(v) for v in value]
-    return (type(value).__name__, repr(value))
-
-
 def _fast_or_stdlib(data):
     value = jsonenc.fast_loads(data)
     return json.loads(data) if value is jsonenc.UNREAD else value
@@ -127,7 +119,7 @@ _PADDED = st.tuples(_JSON_VALUES, st.integers(min_value=0, max_value=6000)).map(
 def test_fast_loads_gives_the_standard_librarys_value_or_unread(value):
     text = json.dumps(value)
     for data in (text, text.encode()):
-        assert _typed(_fast_or_stdlib(data)) == _typed(json.loads(text))
+        assert typed(_fast_or_stdlib(data)) == typed(json.loads(text))
 
 
 def test_fast_loads_leaves_long_integers_to_the_standard_library_in_large_bodies():
