@@ -29,6 +29,7 @@ from pathlib import Path
 from benchmarks.common.dataset import make_jpeg
 
 JPEG_MIN, JPEG_MAX = 18 * 1024, 26 * 1024
+LARGE_MIN, LARGE_MAX = 100 * 1024, 200 * 1024  # the photos of the jpeg-large shape
 SHARDS = 10          # TFRecord and RecordIO files
 TABLE_FILES = 20     # CSV and JSON Lines files
 COLUMNS = 32
@@ -180,16 +181,18 @@ def _fresh(folder: Path) -> Path:
     return folder / "input"
 
 
-def jpegs(workdir: Path, count: int, seed: int = 0) -> Path:
-    """``count`` ~22 KB JPEGs, one per file; returns the input folder."""
-    folder = workdir / f"jpegs-{count}-{seed}"
-    meta = {"count": count, "seed": seed, "min": JPEG_MIN, "max": JPEG_MAX}
+def jpegs(workdir: Path, count: int, seed: int = 0, *, large: bool = False) -> Path:
+    """``count`` ~22 KB JPEGs, one per file; returns the input folder. ``large``: 100-200 KB
+    photos instead (640-2,048 pixels on the long side, what a camera or Open Images gives)."""
+    low, high = (LARGE_MIN, LARGE_MAX) if large else (JPEG_MIN, JPEG_MAX)
+    folder = workdir / f"jpegs-{'large-' if large else ''}{count}-{seed}"
+    meta = {"count": count, "seed": seed, "min": low, "max": high}
     if not _done(folder, meta):
         target = _fresh(folder)
         # Each image depends on (seed, index) alone, so index ranges can be made in parallel:
         # 10,000 took ~170 s on one core of the 16-core device machine.
         workers = min(os.cpu_count() or 1, -(-count // 250))
-        chunks = [(str(target), seed, start, min(count, start + 250)) for start in range(0, count, 250)]
+        chunks = [(str(target), seed, start, min(count, start + 250), low, high) for start in range(0, count, 250)]
         if workers > 1:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
@@ -203,10 +206,10 @@ def jpegs(workdir: Path, count: int, seed: int = 0) -> Path:
     return folder / "input"
 
 
-def _write_jpegs(chunk: tuple[str, int, int, int]) -> None:
-    target, seed, start, stop = chunk
+def _write_jpegs(chunk: tuple[str, int, int, int, int, int]) -> None:
+    target, seed, start, stop, low, high = chunk
     for index in range(start, stop):
-        data, info = make_jpeg(seed, index, JPEG_MIN, JPEG_MAX)
+        data, info = make_jpeg(seed, index, low, high)
         (Path(target) / info.name).write_bytes(data)
 
 

@@ -7,8 +7,8 @@ model's signature, and a background writer thread so the model never waits on JS
 
 * ``files``: one JPEG per file -> ``list_files -> read + decode -> batch -> prefetch``; the
   string-input model's ``serving_tensor`` with the model's own decode, or (``--float``) a
-  float-input model's ``serving_default`` fed ``decode_jpeg -> resize(bilinear, antialias)
-  -> /255``; a model that takes any size (``[None, None, None, 3]``) gets ``decode_jpeg -> /255``
+  float-input model's ``serving_default`` fed ``decode_jpeg`` (``decode_png`` for ``.png`` files)
+  ``-> resize(bilinear, antialias) -> /255``; a model that takes any size (``[None, None, None, 3]``) gets ``decode_jpeg -> /255``
   in batches of one (``--batch-size 1``: sizes differ). One TFS row-format answer per file.
 * ``records``: files of records (``tfrecord``: ``tf.train.Example`` with ``image/encoded``;
   ``recordio``: MXNet framing, split with a few lines of Python per file) -> one line per
@@ -71,7 +71,7 @@ def _signature(model_dir: str, float_model: bool):
     return loaded, predict, key, spec
 
 
-def _image_decoder(spec, float_model: bool, raw: bool = False):
+def _image_decoder(spec, float_model: bool, raw: bool = False, png: bool = False):
     import tensorflow as tf
 
     from benchmarks.common.models import decode_and_resize
@@ -87,7 +87,7 @@ def _image_decoder(spec, float_model: bool, raw: bool = False):
         return lambda data: decode_and_resize(data, size)
 
     def decode(data):
-        image = tf.io.decode_jpeg(data, channels=3)
+        image = (tf.io.decode_png if png else tf.io.decode_jpeg)(data, channels=3)
         image = tf.image.resize(image, (size, size), method="bilinear", antialias=True)
         return tf.ensure_shape(image / 255.0, (size, size, 3))
     return decode
@@ -134,7 +134,8 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
         pending = []
         if kind in ("files", "json"):
-            decode = _image_decoder(spec, float_model, raw) if kind == "files" else _json_decoder(spec)
+            png = bool(files) and files[0].endswith(".png")
+            decode = _image_decoder(spec, float_model, raw, png) if kind == "files" else _json_decoder(spec)
             images = (tf.data.Dataset.from_tensor_slices(files)
                       .map(lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
                       .batch(batch_size).prefetch(auto))

@@ -35,6 +35,7 @@ from benchmarks.transform.shape_outputs import agreement, ratio
 
 PY = sys.executable
 IMAGES = 5000  # at --scale 1
+LARGE_IMAGES = 1000  # 100-200 KB photos (jpeg-large) at --scale 1
 TABLE_ROWS = 5000  # rows per CSV / JSON Lines file at --scale 1
 
 
@@ -150,6 +151,28 @@ def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
 
 
+def jpeg_large(workdir: Path, scale: Scale) -> Job:
+    """The ``jpeg-float`` job on photos of 100-200 KB (640-2,048 pixels on the long side) instead
+    of 22 KB thumbnails: the decode and the downscale to 64 x 64 are most of the work."""
+    n = max(20, round(LARGE_IMAGES * scale.images))
+    inputs = data.jpegs(workdir, n, large=True)
+    model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
+    return Job(inputs, n, n, _tfbatch(model / "model-noscript.tar.gz", inputs, "application/x-image"),
+               _tfdata("files", model / "savedmodel" / "1", inputs, "--float"),
+               _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
+
+
+def png_float(workdir: Path, scale: Scale) -> Job:
+    """The ``jpeg-float`` job on 32 x 32 PNGs (``png-cifar-script``'s inputs), no script: tfbatch
+    decodes each PNG and resizes it to the model's 64 x 64, the expert with ``decode_png``."""
+    n = _count(scale)
+    inputs = data.pngs(workdir, n)
+    model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
+    return Job(inputs, n, n, _tfbatch(model / "model-noscript.tar.gz", inputs, "application/x-image"),
+               _tfdata("files", model / "savedmodel" / "1", inputs, "--float"),
+               _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
+
+
 def png_cifar(workdir: Path, scale: Scale) -> Job:
     """Seed 002's batch job: CIFAR-10-sized PNGs (32 x 32), its CNN (float32 ``[None, 32, 32, 3]``)
     and its script (PIL, the pixels as JSON integers). Every contender feeds the model the
@@ -241,6 +264,10 @@ def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRe
 SHAPES = [
     Shape("jpeg-bytes", "no script, string-input signature (batch lane)", jpeg_bytes),
     Shape("jpeg-float", "no script, float-input Keras signature [None,64,64,3], decoded by tfbatch", jpeg_float),
+    Shape("jpeg-large", "no script, float-input Keras signature [None,64,64,3], 100-200 KB photos (1,000 at "
+          "--scale 1) decoded and downscaled by tfbatch", jpeg_large),
+    Shape("png-float", "no script, float-input Keras signature [None,64,64,3], 32x32 PNGs decoded and upscaled "
+          "by tfbatch", png_float),
     Shape("jpeg-anysize", "no script, fully convolutional Keras signature [None,None,None,3]: each image at its "
           "own size (tf.data: batches of one; HTTP: the script sends every pixel as JSON)", jpeg_anysize,
           in_all=False),
