@@ -33,6 +33,9 @@ WHERE = ("in-process", 0)
 # benchmarks/transform/profile/script-before.md: pipes and pickling were the largest stage
 # of the scripted JPEG job on 2 cores).
 MIN_CORES_FOR_WORKERS = 3
+# ... and for a MultiRecord job, whose every request is a payload of many records
+# (in_process_reason): one core runs the hooks while the other feeds the model.
+MIN_CORES_FOR_WORKERS_MULTIRECORD = 2
 
 
 def imports_tensorflow(module: ModuleType) -> bool:
@@ -44,7 +47,8 @@ def imports_tensorflow(module: ModuleType) -> bool:
     return False
 
 
-def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = False) -> str | None:
+def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = False,
+                      many_records: bool = False) -> str | None:
     """Why a script's hooks should run in this process by default (None: in worker processes).
 
     ``cores`` is this instance's share of the machine. ``--handler-workers N`` overrides this.
@@ -53,13 +57,22 @@ def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = 
     this process serves anyway, which cost it more CPU than the whole job does here (2,000
     JPEGs, 1 or 2 workers: 9.3-12.0 s of this process's CPU against 6.6-8.4 s in all;
     benchmarks/transform/profile/handler.md), so more cores would not make workers faster.
+
+    ``many_records`` (BatchStrategy MultiRecord with a SplitType): every request carries up to MaxPayloadInMB
+    of records, and the hooks loop over all of them (a CSV payload's 5,000 lines turned into
+    JSON, a RecordIO payload's 45 images base64-wrapped), which costs far more than the two
+    pickled hops of the payload's bytes. So the hooks go to worker processes from 2 cores on,
+    from the start. On 2 cores this took 10.2-10.4 s against 11.8 s in process for
+    ``csv-script`` and 9.4-9.9 s against 10.3-10.8 s for ``recordio-multi``, which moved to
+    workers only after 3.2-4.6 s (benchmarks/transform/profile/multirecord-hooks.md).
     """
     if imports_tensorflow(module):
         return "the script imports TensorFlow"
     if single_handler:
         return "a single handler's model calls are answered in this process (worker processes would each call it over HTTP)"
-    if cores < MIN_CORES_FOR_WORKERS:
-        return f"{cores} core(s) for this instance, fewer than the {MIN_CORES_FOR_WORKERS} worker processes pay off on"
+    least = MIN_CORES_FOR_WORKERS_MULTIRECORD if many_records else MIN_CORES_FOR_WORKERS
+    if cores < least:
+        return f"{cores} core(s) for this instance, fewer than the {least} worker processes pay off on"
     return None
 
 

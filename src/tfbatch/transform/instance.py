@@ -250,8 +250,14 @@ class InstanceRunner:
             # A worker process re-imports what the script imports (TensorFlow: seconds of CPU
             # each) and costs two pickled hops per record; on few cores that is more than it
             # gives back (handlers/inline_pool.py). --handler-workers N still asks for workers.
+            from tfbatch.records import normalize_split_type, normalize_strategy
+
+            # MultiRecord with a SplitType: each request is a payload of many records. (With
+            # SplitType None, MultiRecord, the default, still sends one object per request.)
+            many_records = (normalize_split_type(self.spec.split_type) is not None
+                            and normalize_strategy(self.spec.batch_strategy) == "MultiRecord")
             reason = in_process_reason(load_module(handlers.script), self.handler_workers(),
-                                       single_handler=handlers.mode == "handler")
+                                       single_handler=handlers.mode == "handler", many_records=many_records)
             if reason is not None:
                 log.info("the script's hooks run in this process, a hop at a time: %s", reason)
                 self.pool = InlinePool(init, reason)

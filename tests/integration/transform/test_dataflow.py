@@ -230,3 +230,42 @@ def test_the_probe_sizes_the_hops_of_a_job_of_a_few_large_objects(tmp_path, line
     assert len(stats["autotune"]["ms_per_row"]) >= 2 and stats["rows"] == 3000
     (plain,) = fixed.batches.values()
     assert "autotune" not in plain and plain["batches"] >= 3000 // 16
+
+
+# A payload's lines turned into one "instances" body, as the usual CSV/JSON Lines script does;
+# no TensorFlow in the script, so where its hooks run is the core count's choice.
+LINES_TO_INSTANCES = """
+import json
+
+def input_handler(data, context):
+    rows = [json.loads(line) for line in data.read().decode().splitlines() if line.strip()]
+    return json.dumps({"instances": rows})
+
+def output_handler(response, context):
+    return response.content, context.accept_header
+"""
+
+
+def test_payloads_of_many_records_run_their_hooks_in_worker_processes_from_two_cores(tmp_path, linear_model,
+                                                                                     with_script):
+    # MultiRecord with a SplitType: each request is a payload of many lines, and the hooks'
+    # loop over them costs more than the payload's trip to a worker process
+    # (handlers/inline_pool.in_process_reason): workers from the start on 2 cores, where one
+    # record a request starts in process. The outputs are the in-process ones, byte for byte.
+    from tfbatch.runtime.placement import usable_cores
+
+    inp = _jsonl_objects(tmp_path / "in", "part", objects=4, lines=300)
+    common = dict(model=str(with_script(tmp_path, linear_model, LINES_TO_INSTANCES)), input=str(inp),
+                  split_type="Line", batch_strategy="MultiRecord", max_payload_mb=1, content_type="application/json",
+                  assemble_with="Line")
+    default = run_transform(output=str(tmp_path / "default"), **common)
+    alone = run_transform(output=str(tmp_path / "alone"), handler_workers=0, **common)
+    assert default.ok and alone.ok and default.records == alone.records == 1200
+    assert _outs(tmp_path / "default") == _outs(tmp_path / "alone")
+    (stats,) = default.batches.values()
+    if usable_cores() >= 2:
+        assert stats["handler_workers"] >= 1 and stats["hops"] > 0 and "hooks" not in stats, stats
+    else:
+        assert stats["handler_workers"] == 0 and "1 core(s)" in stats["hooks"], stats
+    (alone_stats,) = alone.batches.values()
+    assert alone_stats.get("handler_workers", 0) == 0, alone_stats

@@ -39,6 +39,19 @@ def test_on_few_cores_any_script_keeps_its_hooks_in_process():
     assert "single handler" in in_process_reason(plain, 64, single_handler=True)
 
 
+def test_payloads_of_many_records_take_worker_processes_from_two_cores():
+    from tfbatch.handlers.inline_pool import MIN_CORES_FOR_WORKERS, in_process_reason
+
+    plain = _module(json=json)
+    assert MIN_CORES_FOR_WORKERS > 2
+    assert in_process_reason(plain, 2, many_records=True) is None
+    assert in_process_reason(plain, 2) is not None  # one record a request: the adaptive pool decides
+    assert "1 core(s)" in in_process_reason(plain, 1, many_records=True)
+    # What keeps hooks in this process on any number of cores still does with many records.
+    assert "TensorFlow" in in_process_reason(_module(tf=types.ModuleType("tensorflow")), 64, many_records=True)
+    assert "single handler" in in_process_reason(plain, 64, single_handler=True, many_records=True)
+
+
 def test_hook_threads_are_reused_between_hops():
     import threading
 
