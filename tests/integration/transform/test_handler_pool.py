@@ -9,7 +9,6 @@ is killed by the script itself when a trigger file exists, never by timing.
 from __future__ import annotations
 
 import io
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from PIL import Image
 
 from benchmarks.common.models import INFERENCE_SCRIPT
 from tests.integration.transform.ledger_files import done_keys
+from tests.support.outputs import agree
 from tfbatch import run_transform
 from tfbatch.artifact import package
 from tfbatch.handlers.adaptive_pool import MOVE_SHARE
@@ -93,16 +93,6 @@ def _outputs(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(root.glob("*.out"))}
 
 
-def _agree(a: dict[str, bytes], b: dict[str, bytes]) -> None:
-    """Same objects, same rows; floats equal to float32 rounding (a model batch of another size
-    may sum in another order, as the dynamic batcher's batches always could)."""
-    assert a.keys() == b.keys()
-    for name in a:
-        pa, pb = json.loads(a[name])["predictions"], json.loads(b[name])["predictions"]
-        assert [p["classes"] for p in pa] == [p["classes"] for p in pb]
-        np.testing.assert_allclose(pa[0]["probabilities"], pb[0]["probabilities"], rtol=1e-5)
-
-
 def _run(archive, inp, out, workers, **kw):
     return run_transform(model=str(archive), input=str(inp), output=str(out), content_type="application/x-image",
                          handler_workers=workers, max_batch_size=1, **kw)
@@ -130,7 +120,7 @@ def test_batches_of_records_share_one_model_call_and_keep_their_rows(tmp_path, a
     assert one.ok and many.ok
     a, b = _outputs(tmp_path / "one"), _outputs(tmp_path / "many")
     assert len(a) == 48
-    _agree(a, b)
+    agree(a, b)
     (stats,) = many.batches.values()
     assert stats["batches"] == 3 and stats["rows"] == 48
 
@@ -149,7 +139,7 @@ def test_a_worker_that_dies_mid_batch_is_replaced_and_loses_nothing(tmp_path, ar
     (stats,) = report.batches.values()
     assert stats["worker_restarts"] >= 1
     assert clean.ok and len(_outputs(tmp_path / "out")) == 40
-    _agree(_outputs(tmp_path / "out"), _outputs(tmp_path / "clean"))
+    agree(_outputs(tmp_path / "out"), _outputs(tmp_path / "clean"))
 
 
 def test_a_record_that_always_kills_its_worker_is_left_for_resume(tmp_path, archive):

@@ -10,6 +10,7 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.common.models import INFERENCE_SCRIPT
+from tests.support.outputs import agree
 from tfbatch import run_transform
 from tfbatch.testing.models import make_image_bytes_model, scripted_archive
 
@@ -87,7 +88,7 @@ def test_a_scripted_job_without_a_batch_size_has_its_hops_sized_by_the_probe(tmp
     tuned = _job(tmp_path, "tuned", None)
     fixed = _job(tmp_path, "fixed", None, max_batch_size=4)
 
-    assert _outputs(tmp_path / "tuned") == _outputs(tmp_path / "fixed")
+    agree(_outputs(tmp_path / "tuned"), _outputs(tmp_path / "fixed"))  # batches of other sizes
     assert (tuned.succeeded, tuned.bad_input) == (fixed.succeeded, fixed.bad_input) == (39, 1)
     (stats,) = tuned.batches.values()
     assert stats["predict"] == "handler-pool" and stats["chosen_by"] == {"max_batch_size": "tuner"}
