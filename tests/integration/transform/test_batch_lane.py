@@ -21,6 +21,7 @@ from PIL import Image
 from tfbatch.artifact import package
 from tfbatch.testing.models import make_image_bytes_model
 from tests.integration.transform.ledger_files import done_keys
+from tests.support.outputs import agree
 from tfbatch import run_transform
 from tfbatch.transform.progress import Progress
 
@@ -265,4 +266,4 @@ def test_local_outputs_have_one_writer_and_the_listing_a_thread_of_its_own(tmp_p
     assert _lane_stats(report)["workers"] == 6
     assert threads.finishers == {"dataflow-write_0"}
     assert threads.listers == {"listing"}
-    assert _outs(tmp_path / "o") == _outs_of_default(tmp_path, savedmodel, images)
+    agree(_outs(tmp_path / "o"), _outs_of_default(tmp_path, savedmodel, images))  # batches of 2, not 4
