@@ -33,18 +33,29 @@ WHERE = ("in-process", 0)
 # benchmarks/transform/profile/script-before.md: pipes and pickling were the largest stage
 # of the scripted JPEG job on 2 cores).
 MIN_CORES_FOR_WORKERS = 3
-# ... and for a MultiRecord job, whose every request is a payload of many records
+# ... and for hooks that are heavy by the job's shape or the script's imports
 # (in_process_reason): one core runs the hooks while the other feeds the model.
-MIN_CORES_FOR_WORKERS_MULTIRECORD = 2
+MIN_CORES_FOR_HEAVY_HOOKS = 2
+# Image libraries: a script holding one decodes images in its hooks.
+IMAGE_LIBRARIES = ("PIL", "cv2", "imageio", "skimage")
+
+
+def _module_names(module: ModuleType):
+    """The module of every value the script holds: a module's own name, else where it was defined."""
+    for value in vars(module).values():
+        name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
+        if isinstance(name, str):
+            yield name
 
 
 def imports_tensorflow(module: ModuleType) -> bool:
     """Whether the script holds TensorFlow (the package, a submodule, or a name from it)."""
-    for value in vars(module).values():
-        name = value.__name__ if isinstance(value, ModuleType) else getattr(value, "__module__", None)
-        if isinstance(name, str) and (name == "tensorflow" or name.startswith(("tensorflow.", "keras"))):
-            return True
-    return False
+    return any(name == "tensorflow" or name.startswith(("tensorflow.", "keras")) for name in _module_names(module))
+
+
+def decodes_images(module: ModuleType) -> bool:
+    """Whether the script holds an image library (PIL, OpenCV, imageio, scikit-image), or a name from one."""
+    return any(name.split(".")[0] in IMAGE_LIBRARIES for name in _module_names(module))
 
 
 def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = False,
@@ -62,15 +73,21 @@ def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = 
     of records, and the hooks loop over all of them (a CSV payload's 5,000 lines turned into
     JSON, a RecordIO payload's 45 images base64-wrapped), which costs far more than the two
     pickled hops of the payload's bytes. So the hooks go to worker processes from 2 cores on,
-    from the start. On 2 cores this took 10.2-10.4 s against 11.8 s in process for
-    ``csv-script`` and 9.4-9.9 s against 10.3-10.8 s for ``recordio-multi``, which moved to
-    workers only after 3.2-4.6 s (benchmarks/transform/profile/multirecord-hooks.md).
+    from the start. On 2 cores: ``csv-script`` 9.2-10.5 s against 11.4-12.2 s (in process, its 6
+    hops never filled the adaptive pool's window), ``recordio-multi`` 9.9-10.1 s against
+    10.2-11.1 s (moved after 3.2-4.6 s); benchmarks/transform/profile/multirecord-hooks.md.
+
+    A script that holds an image library (``decodes_images``) decodes an image in its hooks for
+    every record, which costs more than the trip of its bytes to a worker: its hooks go to
+    worker processes from 2 cores on too, where the adaptive pool moved them after a second or
+    more of running them here at half speed (seed 002's ``png-cifar-script``: 22.3-22.6 s
+    against 23.3-24.4 s; ``jpeg-float-script``: 94.9-99.4 s against 99.5-102.6 s; same file).
     """
     if imports_tensorflow(module):
         return "the script imports TensorFlow"
     if single_handler:
         return "a single handler's model calls are answered in this process (worker processes would each call it over HTTP)"
-    least = MIN_CORES_FOR_WORKERS_MULTIRECORD if many_records else MIN_CORES_FOR_WORKERS
+    least = MIN_CORES_FOR_HEAVY_HOOKS if many_records or decodes_images(module) else MIN_CORES_FOR_WORKERS
     if cores < least:
         return f"{cores} core(s) for this instance, fewer than the {least} worker processes pay off on"
     return None

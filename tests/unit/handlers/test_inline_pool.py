@@ -39,6 +39,29 @@ def test_on_few_cores_any_script_keeps_its_hooks_in_process():
     assert "single handler" in in_process_reason(plain, 64, single_handler=True)
 
 
+def test_a_script_holding_an_image_library_decodes_images():
+    from tfbatch.handlers.inline_pool import decodes_images
+
+    assert decodes_images(_module(Image=types.ModuleType("PIL.Image"), np=types.ModuleType("numpy")))
+    assert decodes_images(_module(cv2=types.ModuleType("cv2")))
+    assert decodes_images(_module(imread=type("f", (), {"__module__": "imageio.v3"})))
+    assert decodes_images(_module(resize=type("f", (), {"__module__": "skimage.transform._warps"})))
+    assert not decodes_images(_module(json=json, base64=types.ModuleType("base64"), np=types.ModuleType("numpy")))
+    assert not decodes_images(_module(pillowish=types.ModuleType("PILlow_tools")))
+
+
+def test_hooks_that_decode_images_take_worker_processes_from_two_cores():
+    from tfbatch.handlers.inline_pool import in_process_reason
+
+    pil = _module(Image=types.ModuleType("PIL.Image"), json=json)
+    assert in_process_reason(pil, 2) is None
+    assert "1 core(s)" in in_process_reason(pil, 1)
+    assert in_process_reason(_module(json=json), 2) is not None  # base64-wrapping: the adaptive pool decides
+    assert "single handler" in in_process_reason(pil, 2, single_handler=True)
+    tf_and_pil = _module(Image=types.ModuleType("PIL.Image"), tf=types.ModuleType("tensorflow"))
+    assert "TensorFlow" in in_process_reason(tf_and_pil, 2)
+
+
 def test_payloads_of_many_records_take_worker_processes_from_two_cores():
     from tfbatch.handlers.inline_pool import MIN_CORES_FOR_WORKERS, in_process_reason
 
