@@ -167,6 +167,9 @@ class Worker:
             return _final(user_result(call_user("handler", self.handlers.handler, _Body(item[0]), ctx)))
         processed = call_user("input_handler", self.handlers.input_handler, _Body(item[0]), ctx)
         try:
+            numeric = self._numeric(processed, ctx)
+            if numeric is not None:
+                return numeric
             body = parse_handler_body(processed)
             decoded = self._decode(body, ctx)
         except TfbatchError as err:
@@ -201,6 +204,31 @@ class Worker:
                 return _Images(body, ctx, version, sig, *found)
         return self._general(body, ctx)
 
+    def _numeric(self, text: Any, ctx) -> tuple | None:
+        """The tensors of a body of numbers alone for the default signature, read from its text
+        (``codec.decode_numeric``: no Python object per number), or None: the general way."""
+        from tfbatch.tfs.codec import decode_numeric
+
+        known = self.models.get(ctx.model_name)
+        if ctx.method != "predict" or ctx.model_version is not None or known is None:
+            return None
+        if isinstance(text, str):
+            try:
+                text = text.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+        elif isinstance(text, (bytearray, memoryview)):
+            text = bytes(text)
+        elif not isinstance(text, bytes):
+            return None
+        version, signatures, default = known
+        sig = signatures.get(default)
+        found = decode_numeric(text, sig) if sig is not None else None
+        if found is None:
+            return None
+        tensors, fmt = found
+        return ("tensors", tensors, fmt, version, sig.name)
+
     def _general(self, body: dict, ctx) -> tuple:
         from tfbatch.records.images import check_encoded_images
         from tfbatch.tfs.api import _signature_name
@@ -226,6 +254,10 @@ class Worker:
             tensors = self._table(data, content_type, ctx)
             if tensors is not None:
                 return tensors
+            if defaults.media_type(content_type) in defaults.JSON_TYPES:
+                tensors = self._numeric(bytes(data), ctx)
+                if tensors is not None:
+                    return tensors
             return self._decode(defaults.json_request(bytes(data), content_type), ctx)
         if ctx.method != "predict":
             raise InvalidInput(f"an image body can only be sent to predict, not {ctx.method}")

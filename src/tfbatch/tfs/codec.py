@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,6 +52,88 @@ def decode_predict(
     if has_inputs:
         return _decode_columns(body["inputs"], sig, max_bytes), COLUMNAR
     raise errors.InvalidInput("request is missing the 'instances' or 'inputs' key")
+
+
+# A body that is nothing but {"instances": <numbers>} or {"inputs": <numbers>}: what a script
+# returns for a numeric model (pixels, CSV rows), the commonest request there is.
+_NUMERIC_BODY = re.compile(rb'\A\s*\{\s*"(instances|inputs)"\s*:\s*(\[.*\])\s*\}\s*\Z', re.S)
+_JSON_SPACE = b" \t\n\r"
+_NUMBER_CHARS = b"0123456789eE+-."
+
+
+def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None):
+    """``decode_predict`` of a body of numbers alone, read from its text, or None if it is not one.
+
+    A body ``{"instances": [...]}`` or ``{"inputs": [...]}`` of nested lists of JSON numbers,
+    for a signature of one numeric input, becomes its array without a Python list per row:
+    its brackets and commas give the shape (checked to be rectangular), and orjson reads the
+    numbers as one flat list (so JSON's number grammar is orjson's), which NumPy turns into
+    int64 when all are whole and float64 otherwise, as ``np.asarray`` does with the parsed
+    lists; ``coerce`` then applies the same dtype and shape rules. Anything else (strings,
+    objects, other keys, ragged or empty lists, an integer past int64, text that is not JSON,
+    a budget ``max_bytes`` exceeded) gives None, and the body goes the general way, which
+    reads it or names what is wrong with it.
+    """
+    if len(sig.inputs) != 1:
+        return None
+    ((key, info),) = sig.inputs.items()
+    if info.is_string:
+        return None
+    found = _NUMERIC_BODY.match(text)
+    if found is None:
+        return None
+    values = found.group(2)
+    if values.translate(None, _NUMBER_CHARS + b",[]" + _JSON_SPACE):
+        return None  # a string, an object, a literal: not numbers alone
+    shape = _skeleton_shape(values.translate(None, _NUMBER_CHARS + _JSON_SPACE))
+    if shape is None:
+        return None
+    count = 1
+    for n in shape:
+        count *= n
+    try:
+        itemsize = _ITEMSIZE.get(info.dtype) or np.dtype(info.dtype).itemsize
+    except TypeError:
+        itemsize = 8
+    if max_bytes is not None and count * itemsize > max_bytes:
+        return None
+    # The brackets dropped, the numbers and commas are a JSON list's insides, unless the text
+    # was not JSON ("1 2", "[1,]", "[[],[1]]"), which orjson refuses.
+    try:
+        flat = orjson.loads(b"[" + values.translate(None, b"[]") + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(flat) != count:
+        return None
+    array = np.array(flat)
+    whole = b"." not in values and b"e" not in values and b"E" not in values
+    if array.dtype.kind != ("i" if whole else "f"):
+        return None  # a whole number past int64 (orjson reads it as a float, json as an int)
+    return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
+
+
+def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
+    """The shape of nested lists from their brackets and commas alone (``[[,,],[,,]]``: (2, 3)),
+    or None unless they are rectangular. The caller has refused empty lists: an innermost
+    ``[]`` here stands for one number."""
+    depth = len(skeleton) - len(skeleton.lstrip(b"["))
+    if depth == 0:
+        return None
+    sizes: list[int] = []
+    inner = b""  # the skeleton of one element at the level below
+    for level in range(depth - 1, -1, -1):
+        start = level + 1  # the first group at this level opens at index ``level``
+        if level == depth - 1:
+            end = skeleton.find(b"]", start)
+            count = skeleton.count(b",", start, end) + 1
+        else:
+            count, at = 1, start + len(inner)
+            while skeleton.startswith(b"," + inner, at):
+                count, at = count + 1, at + 1 + len(inner)
+        sizes.append(count)
+        inner = b"[" + b",".join([inner] * count) + b"]"
+    shape = tuple(reversed(sizes))
+    return shape if inner == skeleton else None
 
 
 def _is_b64(value: Any) -> bool:

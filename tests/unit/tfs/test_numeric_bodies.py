@@ -1,0 +1,105 @@
+"""``codec.decode_numeric`` reads a body of numbers alone from its text: it must give what
+``decode_predict`` gives for the parsed body, array for array (dtype, shape, bytes), the same
+error for a value the signature refuses, and None, not a guess, for anything else."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfbatch import errors
+from tfbatch.runtime.signature import SignatureInfo, TensorInfo
+from tfbatch.tfs.codec import decode_numeric, decode_predict
+
+
+def _sig(dtype: str = "float32", shape=(None, None, None)) -> SignatureInfo:
+    return SignatureInfo("serving_default", "tensorflow/serving/predict",
+                         {"x": TensorInfo("x", "x:0", dtype, shape)}, {"y": TensorInfo("y", "y:0", "float32", (None,))})
+
+
+def _same(text: bytes, sig: SignatureInfo) -> None:
+    fast = decode_numeric(text, sig)
+    assert fast is not None, text[:200]
+    slow = decode_predict(json.loads(text), sig)
+    assert fast[1] == slow[1]
+    (got,), (want,) = fast[0].values(), slow[0].values()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+_ints = st.integers(min_value=-(10**18) + 1, max_value=10**18 - 1)
+_floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+@st.composite
+def _arrays(draw):
+    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    size = int(np.prod(shape))
+    kind = draw(st.sampled_from(["int", "float", "mixed"]))
+    element = _ints if kind == "int" else _floats if kind == "float" else st.one_of(_ints, _floats)
+    flat = draw(st.lists(element, min_size=size, max_size=size))
+    return np.array(flat, dtype=object).reshape(shape).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_arrays(), st.sampled_from(["instances", "inputs"]), st.sampled_from(["float32", "float64", "float16"]),
+       st.sampled_from([None, 2, (",", ":")]))
+def test_a_body_of_numbers_reads_as_the_parsed_body_does(value, key, dtype, layout):
+    indent, separators = (layout, None) if layout in (None, 2) else (None, layout)
+    text = json.dumps({key: value}, indent=indent, separators=separators).encode()
+    _same(text, _sig(dtype, (None,) * len(np.shape(value))))
+
+
+def test_integer_inputs_and_the_usual_script_bodies():
+    pixels = np.arange(2 * 4 * 4 * 3).reshape(2, 4, 4, 3) % 256
+    _same(json.dumps({"instances": pixels.tolist()}).encode(), _sig("float32", (None, 4, 4, 3)))
+    _same(json.dumps({"instances": pixels.tolist()}).encode(), _sig("int32", (None, 4, 4, 3)))
+    _same(json.dumps({"instances": (pixels / 255.0).tolist()}).encode(), _sig("float32", (None, 4, 4, 3)))
+    _same(b' {"instances" : [[1e3, -0.0, 0, 2E-2, 0.00023153758980885681]] } \n', _sig("float64", (None, 5)))
+    _same(b'{"instances": [[-0, 7, -12]]}', _sig("float32", (None, 3)))  # whole numbers: -0 is 0
+    _same(b'{"instances": [[1.5, -0]]}', _sig("float64", (None, 2)))  # ... among floats too
+    _same(b'{"instances": [9223372036854775807, -9223372036854775808]}', _sig("float32", (None,)))
+
+
+def test_a_value_the_signature_refuses_gets_the_same_error():
+    body = json.dumps({"instances": [[1.5, 2.5]]}).encode()
+    sig = _sig("float32", (None, 3))
+    with pytest.raises(errors.InvalidInput) as fast:
+        decode_numeric(body, sig)
+    with pytest.raises(errors.InvalidInput) as slow:
+        decode_predict(json.loads(body), sig)
+    assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"instances": [[1, 2], [3]]}',  # ragged
+    b'{"instances": [[1, 2, 3], [4]], "x": 1}',  # another key
+    b'{"signature_name": "s", "instances": [[1]]}',
+    b'{"instances": []}', b'{"instances": [[]]}', b'{"instances": [[], []]}',
+    b'{"instances": [1, 2,, 3]}', b'{"instances": [1, 2 3]}', b'{"instances": [1, 2-3]}',
+    b'{"instances": [+1]}', b'{"instances": [.5]}', b'{"instances": [5.]}', b'{"instances": [01]}',
+    b'{"instances": [NaN]}', b'{"instances": [Infinity]}', b'{"instances": [true]}', b'{"instances": [null]}',
+    b'{"instances": ["1"]}', b'{"instances": [{"b64": "AA=="}]}', b'{"instances": [1, 2]',
+    b'{"instances": [123456789012345678901234]}',  # past int64: json keeps an int, orjson a float
+    b'{"instances": [[1, 2], [3, 4]]] }', b'{"instances": [[1, 2], [3, 4]}',
+    b'["instances", 1]', b'{"inputs": {"x": [1]}}',
+])
+def test_anything_else_goes_the_general_way(body):
+    assert decode_numeric(body, _sig("float32", None)) is None
+
+
+def test_a_string_input_or_several_inputs_go_the_general_way():
+    body = b'{"instances": [[1, 2]]}'
+    assert decode_numeric(body, _sig("string", (None, 2))) is None
+    two = SignatureInfo("s", "m", {k: TensorInfo(k, f"{k}:0", "float32", (None, 2)) for k in "ab"}, {})
+    assert decode_numeric(body, two) is None
+
+
+def test_a_body_over_the_budget_goes_the_general_way_which_names_the_limit():
+    body = json.dumps({"instances": [[0.5] * 100] * 10}).encode()
+    assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=3999) is None
+    assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=4000) is not None
