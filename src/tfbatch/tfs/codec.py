@@ -112,12 +112,17 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
 
 
+# Deeper nesting goes the general way, whose parser refuses it by name: each level here builds
+# the skeleton of one element, so the work grows with the square of the depth.
+_MAX_DEPTH = 32
+
+
 def _skeleton_shape(skeleton: bytes) -> tuple[int, ...] | None:
     """The shape of nested lists from their brackets and commas alone (``[[,,],[,,]]``: (2, 3)),
-    or None unless they are rectangular. The caller has refused empty lists: an innermost
-    ``[]`` here stands for one number."""
+    or None unless they are rectangular. An innermost ``[]`` stands for one number here (the
+    caller's count of the numbers finds an empty list)."""
     depth = len(skeleton) - len(skeleton.lstrip(b"["))
-    if depth == 0:
+    if depth == 0 or depth > _MAX_DEPTH:
         return None
     sizes: list[int] = []
     inner = b""  # the skeleton of one element at the level below

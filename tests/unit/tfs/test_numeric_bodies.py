@@ -103,3 +103,12 @@ def test_a_body_over_the_budget_goes_the_general_way_which_names_the_limit():
     body = json.dumps({"instances": [[0.5] * 100] * 10}).encode()
     assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=3999) is None
     assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=4000) is not None
+
+
+def test_deep_nesting_goes_the_general_way_at_once():
+    deep = b'{"instances": ' + b"[" * 200_000 + b"1" + b"]" * 200_000 + b"}"
+    assert decode_numeric(deep, _sig("float32", None)) is None
+    dims = 32
+    body = b'{"instances": ' + b"[" * dims + b"1" + b"]" * dims + b"}"
+    tensors, _ = decode_numeric(body, _sig("float32", None))
+    assert tensors["x"].shape == (1,) * dims
