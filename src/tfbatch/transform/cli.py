@@ -90,7 +90,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                    help="processes per instance running code/inference.py's hooks, or with no script the JSON/CSV "
                         "parse and image decode (default: up to the cores divided by the instances, 2 at first "
                         "and one more while they are busy; none for a script that imports TensorFlow or "
-                        "below 3 cores per instance: its hooks run in process, a hop at a time, until they "
+                        "below 3 cores per instance (2 for a MultiRecord job with a SplitType, or a script "
+                        "that holds an image library such as PIL): its hooks run in process, a hop at a time, until they "
                         "take 40%% of its CPU on 2+ cores; N: N at once; 0: in the instance's own process, "
                         "a request at a time)")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
