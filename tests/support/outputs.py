@@ -16,4 +16,4 @@ def agree(a: dict[str, bytes], b: dict[str, bytes]) -> None:
         pa, pb = json.loads(a[name])["predictions"], json.loads(b[name])["predictions"]
         assert [p["classes"] for p in pa] == [p["classes"] for p in pb], name
         np.testing.assert_allclose([p["probabilities"] for p in pa], [p["probabilities"] for p in pb],
-                                   rtol=1e-5, atol=1e-7, err_msg=name)
+                                   rtol=1e-5, err_msg=name)

@@ -254,11 +254,12 @@ class Worker:
             tensors = self._table(data, content_type, ctx)
             if tensors is not None:
                 return tensors
+            body = bytes(data)
             if defaults.media_type(content_type) in defaults.JSON_TYPES:
-                tensors = self._numeric(bytes(data), ctx)
+                tensors = self._numeric(body, ctx)
                 if tensors is not None:
                     return tensors
-            return self._decode(defaults.json_request(bytes(data), content_type), ctx)
+            return self._decode(defaults.json_request(body, content_type), ctx)
         if ctx.method != "predict":
             raise InvalidInput(f"an image body can only be sent to predict, not {ctx.method}")
         known = self.models.get(ctx.model_name)

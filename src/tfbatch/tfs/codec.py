@@ -91,11 +91,7 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     count = 1
     for n in shape:
         count *= n
-    try:
-        itemsize = _ITEMSIZE.get(info.dtype) or np.dtype(info.dtype).itemsize
-    except TypeError:
-        itemsize = 8
-    if max_bytes is not None and count * itemsize > max_bytes:
+    if max_bytes is not None and count * _itemsize(info.dtype) > max_bytes:
         return None
     # The brackets dropped, the numbers and commas are a JSON list's insides, unless the text
     # was not JSON ("1 2", "[1,]", "[[],[1]]"), which orjson refuses.
@@ -153,6 +149,14 @@ def _is_named_object(value: Any) -> bool:
 _ITEMSIZE = {"bfloat16": 2, "half": 2}
 
 
+def _itemsize(dtype: str) -> int:
+    """Bytes per element of a TensorFlow dtype name (8 where numpy knows no such type)."""
+    try:
+        return _ITEMSIZE.get(dtype) or np.dtype(dtype).itemsize
+    except TypeError:
+        return 8
+
+
 def _check_budget(values: Mapping[str, Any], sig: SignatureInfo, max_bytes: int | None) -> None:
     """Refuse numeric inputs whose nested lists would decode past ``max_bytes`` in total.
 
@@ -173,11 +177,7 @@ def _check_budget(values: Mapping[str, Any], sig: SignatureInfo, max_bytes: int 
             if not value:
                 break
             value = value[0]
-        try:
-            itemsize = _ITEMSIZE.get(info.dtype) or np.dtype(info.dtype).itemsize
-        except TypeError:
-            itemsize = 8
-        total += count * itemsize
+        total += count * _itemsize(info.dtype)
         if total > max_bytes:
             raise errors.InvalidInput(
                 f"input {key!r}: the request's tensors would decode to at least {total} bytes, over the "
