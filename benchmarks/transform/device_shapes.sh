@@ -18,7 +18,8 @@
 #    run stopped at its limit still returns what finished). Data is made there
 #    (benchmarks.transform.shape_data makes JPEGs on every core).
 # Locally (a dry run of the steps): SKIP_INSTALL=1 PY=.venv/bin/python OUT=/tmp/o SCALE=0.1 bash $0
-# PROCS_AB=1: first, one worker process (--processes 1) against the default, on 5,000 x SCALE JPEGs.
+# PROCS_AB=1: first, one worker process (--processes 1) against the default, on 5,000 x SCALE JPEGs
+# (ROUNDS rounds, 2 unless set; PROCS_ARCHS the model archives, under models/, to run).
 cd "$(dirname "$0")/../.." || exit 1
 D=.dev16
 PY=${PY:-python3}
@@ -49,8 +50,8 @@ if [ -n "$PROCS_AB" ]; then
   # that a lease that runs out still answers it; makes the 5,000 x SCALE JPEGs it needs.
   echo "== processes A/B at $(( $(date +%s) - t0 )) s"
   J=$($PY -c "from pathlib import Path; from benchmarks.transform import shape_data as d; print(d.jpegs(Path('$WD'), round(5000 * ${SCALE:-1})))")
-  for round in 1 2; do
-    for arch in tiny/model-noscript.tar.gz tiny/model.tar.gz tiny/handler.tar.gz float64/model-noscript.tar.gz; do
+  for round in $(seq 1 ${ROUNDS:-2}); do
+    for arch in ${PROCS_ARCHS:-tiny/model-noscript.tar.gz tiny/model.tar.gz tiny/handler.tar.gz float64/model-noscript.tar.gz}; do
       for P in 1 auto; do
         flag=""; [ $P = 1 ] && flag="--processes 1"; o=/tmp/procs-$P; rm -rf $o
         s0=$(date +%s.%N)
@@ -79,7 +80,7 @@ if [ -n "$PYSPY" ]; then
   for mode in threads gil; do
     echo "== py-spy $mode on $J at $(( $(date +%s) - t0 )) s"; rm -rf /tmp/pyspy-out
     extra="--idle"; [ $mode = gil ] && extra="--gil"
-    timeout ${PER_PYSPY:-90} $SPY record --threads $extra -r 100 -f raw -o $RES/pyspy-$mode.txt -- \
+    timeout ${PER_PYSPY:-90} $SPY record --subprocesses --threads $extra -r 100 -f raw -o $RES/pyspy-$mode.txt -- \
       $PY -m tfbatch transform --model $A --input $J --content-type application/x-image --output /tmp/pyspy-out 2>&1 | tail -3
     save
   done
