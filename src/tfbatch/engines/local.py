@@ -349,16 +349,22 @@ def gpu_plan(spec: TransformSpec) -> list[list[str]]:
 
     GPUs asked for (``--gpus-per-instance``) on a GPU host whose TensorFlow is the CPU wheel
     would be handed out and then not used: the job would run on the CPU, silently. Refused.
+    Not asked for, such a host is planned as the CPU machine it is to TensorFlow: no device
+    lists, so the instance gets its processes by the cores (``processes_per_instance``). The
+    sixteen-core lease of the twenty-first session (an H200 host, TensorFlow's CPU wheel) ran
+    every job as one process because the ``/dev/nvidia0`` node counted as a GPU given.
     """
     gpus = visible_gpus(os.environ, count_nvidia_gpus())
-    if gpus and spec.gpus_per_instance:
+    if gpus and spec.gpus_per_instance != 0:
         from tfbatch.runtime.precision import tensorflow_gpu_build
 
         if not tensorflow_gpu_build():
-            raise ConfigError(
-                f"--gpus-per-instance {spec.gpus_per_instance:g} asks for GPUs, but the installed TensorFlow is "
-                "a CPU build, which would run the job on the CPU (pip install 'tfbatch[gpu]')"
-            )
+            if spec.gpus_per_instance:
+                raise ConfigError(
+                    f"--gpus-per-instance {spec.gpus_per_instance:g} asks for GPUs, but the installed TensorFlow is "
+                    "a CPU build, which would run the job on the CPU (pip install 'tfbatch[gpu]')"
+                )
+            gpus = []
     return partition_gpus(gpus, spec.instance_count, spec.gpus_per_instance)
 
 

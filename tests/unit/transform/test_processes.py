@@ -92,6 +92,36 @@ def test_a_gpu_keeps_one_process_and_the_flag_wins():
     assert processes_per_instance(_spec(processes=2), 64, [["0"]]) == 2
 
 
+def _installed_tensorflow(monkeypatch, root, cuda: bool) -> None:
+    """A TensorFlow package tree first on sys.path, holding only the generated build_info.py
+    that says which build it is (its __init__ raises: nothing may import it)."""
+    platform = root / "tensorflow" / "python" / "platform"
+    platform.mkdir(parents=True)
+    (root / "tensorflow" / "__init__.py").write_text("raise RuntimeError('must not be imported')\n")
+    (platform / "build_info.py").write_text(
+        f"build_info = collections.OrderedDict([('is_cuda_build', {cuda}), ('is_rocm_build', False)])\n")
+    monkeypatch.syspath_prepend(str(root))
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_gpu_host_with_tensorflows_cpu_wheel_is_planned_as_a_cpu_host(tmp_path, monkeypatch, cuda):
+    """A GPU host whose TensorFlow is the CPU wheel hands no GPU to its instances, so the
+    processes rule goes by the cores: the sixteen-core lease (an H200 host, ``tensorflow-cpu``)
+    ran every job as one process because ``/dev/nvidia0`` counted as a GPU given. A CUDA
+    build there keeps one process per GPU."""
+    from tfbatch.engines.local import gpu_plan
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a GPU visible to the checks on any machine
+    _installed_tensorflow(monkeypatch, tmp_path, cuda)
+    if cuda:
+        assert gpu_plan(_spec()) == [["0"]]
+        assert processes_per_instance(_spec(), 16, gpu_plan(_spec())) == 1
+    else:
+        assert gpu_plan(_spec(instance_count=2)) == [[], []]
+        assert processes_per_instance(_spec(), 16, gpu_plan(_spec())) == 4
+    assert gpu_plan(_spec(gpus_per_instance=0)) == [[]]  # none asked for: none handed out
+
+
 def test_the_flag_is_a_parallelism_knob():
     spec = parse("--processes", "4")
     assert spec.processes == 4 and parse().processes is None
