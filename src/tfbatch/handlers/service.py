@@ -181,12 +181,29 @@ class InferenceService:
                 return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
             result = encode_predict(outputs, "row", sig, native=True)
         else:
+            found = None
+            if method == "predict" and defaults.media_type(req.content_type) in defaults.JSON_TYPES:
+                # A body of numbers alone is read from its bytes (TfsApi.numeric_predict);
+                # anything else is parsed and goes the general way, as before.
+                found = TfsApi(self.model_server).numeric_predict(bytes(req.body), name, version)
+            if found is not None:
+                from tfbatch.tfs.codec import encode_predict
+
+                outputs, fmt, sig = found
+                if as_npy:
+                    return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
+                result = encode_predict(outputs, fmt, sig, native=True)
+                return self._answer(result, endpoint)
             body = defaults.json_request(req.body, req.content_type)
             if as_npy:
                 check_encoded_images(body, self.max_image_pixels)
                 outputs, _, _ = TfsApi(self.model_server).predict_arrays(body, name, version)
                 return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
             result = self._call_model(body, name, version, method)
+        return self._answer(result, endpoint)
+
+    @staticmethod
+    def _answer(result: dict, endpoint: bool) -> InvocationResponse:
         if endpoint:
             from tfbatch.tfs import jsonstream
 
@@ -204,6 +221,18 @@ class InferenceService:
     def local_post(self, data: Any, ctx: Context) -> requests.Response:
         """What ``requests.post(ctx.rest_uri, data=data)`` would return, without the HTTP hop."""
         try:
+            found = None
+            if ctx.method == "predict" and isinstance(data, (str, bytes)):
+                # A body of numbers alone (what a script's json.dumps of a list makes) is read
+                # from its text, as the handler worker processes do (pool_worker.Worker._numeric).
+                raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+                found = TfsApi(self.model_server).numeric_predict(raw, ctx.model_name, ctx.model_version)
+            if found is not None:
+                from tfbatch.tfs.codec import encode_predict
+
+                outputs, fmt, sig = found
+                status, content = 200, jsonenc.dumps(encode_predict(outputs, fmt, sig, native=True))
+                return make_response(status, content, ctx.rest_uri)
             data = parse_handler_body(data)
             status, content = 200, jsonenc.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
         except TfbatchError as err:

@@ -43,6 +43,27 @@ class TfsApi:
         tensors, fmt = codec.decode_predict(body, sig, self.model_server.settings.max_request_bytes)
         return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
+    def numeric_predict(
+        self, raw: bytes, name: str | None = None, version: int | str | None = None
+    ) -> tuple[dict, str, SignatureInfo] | None:
+        """``predict_arrays`` of a request body still in bytes, where it is numbers alone for
+        the default signature (``codec.decode_numeric``: the array read from the text, with no
+        Python object per number); None otherwise, and for a model or version that does not
+        resolve: the caller then parses the body and goes the general way, which alone names
+        what is wrong. Both ways give the same tensors (tests/unit/tfs/test_numeric_bodies.py)."""
+        if not isinstance(raw, bytes):
+            return None
+        try:
+            servable = self.model_server.resolve(name, version)
+            sig = servable.signature(None)
+        except errors.TfbatchError:
+            return None
+        found = codec.decode_numeric(raw, sig, self.model_server.settings.max_request_bytes)
+        if found is None:
+            return None
+        tensors, fmt = found
+        return self.model_server.run_signature(servable, sig, tensors), fmt, sig
+
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.model_server.resolve(name, version)
         sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))

@@ -27,7 +27,7 @@ from tfbatch.errors import InvalidInput, NotFound, TfbatchError, from_exception
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import METHODS
 from tfbatch.tfs.api import TfsApi
-from tfbatch.tfs import jsonstream, npy
+from tfbatch.tfs import codec, jsonstream, npy
 from tfbatch.tfs.blocking import Limiters, run_blocking
 from tfbatch.tfs.streaming import streamed
 
@@ -105,6 +105,11 @@ def call_model_server(model_server: Any, target: TfsTarget, body: bytes) -> byte
     if target.action in ("status", "metadata"):
         fn = api.status if target.action == "status" else api.metadata
         return json_bytes(fn(target.name, target.version))
+    if target.action == "predict":
+        found = api.numeric_predict(body, target.name, target.version)
+        if found is not None:  # a body of numbers alone, read without a Python object per number
+            outputs, fmt, sig = found
+            return jsonstream.encode(codec.encode_predict(outputs, fmt, sig, native=True))
     request = decode_json_object(body, f":{target.action}")
     return jsonstream.encode(api.call(target.action, request, target.name, target.version))
 
@@ -113,9 +118,11 @@ def call_for_npy(model_server: Any, target: TfsTarget, body: bytes) -> bytes:
     """A ``:predict`` whose client asked for ``Accept: application/x-npy`` (tfbatch.tfs.npy)."""
     if target.action != "predict":
         raise npy.not_for(target.action)
-    request = decode_json_object(body, ":predict")
-    outputs, _, _ = TfsApi(model_server).predict_arrays(request, target.name, target.version)
-    return npy.npy_bytes(outputs)
+    api = TfsApi(model_server)
+    found = api.numeric_predict(body, target.name, target.version)
+    if found is None:
+        found = api.predict_arrays(decode_json_object(body, ":predict"), target.name, target.version)
+    return npy.npy_bytes(found[0])
 
 
 class TfsRestEndpoint:

@@ -53,3 +53,20 @@ def test_npy_is_refused_with_406_where_it_cannot_answer(server):
     # Bad input is still a 400, whatever the Accept.
     r = requests.post(f"{server.url}/invocations", json={"instances": [[1.0]]}, headers=NPY, timeout=30)
     assert r.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/invocations", "/v1/models/model:predict", "/v1/models/model/versions/1:predict"])
+@pytest.mark.parametrize("headers", [{}, NPY])
+def test_numbers_alone_answer_as_the_general_way(server, path, headers):
+    """A body of numbers alone is read from its bytes (TfsApi.numeric_predict); the same numbers
+    with a signature_name go the general way. Both answers are the same bytes."""
+    for key in ("instances", "inputs"):
+        fast = requests.post(f"{server.url}{path}", json={key: X.tolist()}, headers=headers, timeout=30)
+        general = requests.post(f"{server.url}{path}", json={"signature_name": "serving_default", key: X.tolist()},
+                                headers=headers, timeout=30)
+        assert fast.status_code == general.status_code == 200, fast.text
+        assert fast.content == general.content
+    narrow = [requests.post(f"{server.url}{path}", json=body, headers=headers, timeout=30)
+              for body in ({"instances": [[1.0]]}, {"signature_name": "serving_default", "instances": [[1.0]]})]
+    assert narrow[0].status_code == narrow[1].status_code == 400
+    assert narrow[0].json() == narrow[1].json()
