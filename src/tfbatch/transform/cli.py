@@ -57,7 +57,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: one per core of the instance's share, at least 3)")
     p.add_argument("--processes", type=int,
                    help="worker processes per instance (Ray: actors), each with the model and a share of "
-                        "the instance's objects and cores (default where no GPU is given: one per 4 cores, "
+                        "the instance's objects and cores (default where no GPU is given, or only GPUs that the "
+                        "installed TensorFlow, a CPU build, cannot use: one per 4 cores, "
                         "or per 2 and at least 2 for a script with a single handler; at most one per 4,000 "
                         "objects)")
     p.add_argument("--batch-timeout-ms", type=float, help="wait this long for a model batch to fill")
@@ -83,7 +84,8 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", choices=["local", "ray"], help="where instances run (default: local processes)")
     p.add_argument("--ray-address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray)")
     p.add_argument("--gpus-per-instance", type=float,
-                   help="GPUs each instance holds (local: its CUDA_VISIBLE_DEVICES share; ray: the actor's GPUs)")
+                   help="GPUs each instance holds (local: its CUDA_VISIBLE_DEVICES share, by default an even share "
+                        "where TensorFlow is a GPU build, none where it is the CPU wheel; ray: the actor's GPUs)")
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default); bf16 on CPUs with AVX512-BF16/AMX; fp16 on GPUs. Refused elsewhere")
     p.add_argument("--handler-workers", type=int, metavar="N",
