@@ -165,45 +165,35 @@ class InferenceService:
 
     def _invoke_default(self, req, name, version, method, endpoint=False) -> InvocationResponse:
         from tfbatch.tfs import npy
+        from tfbatch.tfs.codec import encode_predict
 
         as_npy = endpoint and npy.wants_npy(req.accept)
         if as_npy and method != "predict":
             raise npy.not_for(method)
+        found = None  # (outputs, format, signature) of a body run without parsing it as JSON
         if defaults.is_image(req.content_type):
             if method != "predict":
                 raise InvalidInput(f"an image body can only be sent to predict, not {method}")
-            from tfbatch.tfs.codec import encode_predict
-
             servable = self.model_server.resolve(name, version)
             sig = servable.signatures[servable.default_signature]
             outputs = self.model_server.run(defaults.image_inputs(req.body, sig, self.max_image_pixels), name, version, sig.name)
+            found = outputs, "row", sig
+        elif method == "predict" and defaults.media_type(req.content_type) in defaults.JSON_TYPES:
+            # A body of numbers alone is read from its bytes (TfsApi.numeric_predict); None for
+            # anything else, which is parsed below and goes the general way, as before.
+            found = TfsApi(self.model_server).numeric_predict(bytes(req.body), name, version)
+        if found is not None:
+            outputs, fmt, sig = found
             if as_npy:
                 return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
-            result = encode_predict(outputs, "row", sig, native=True)
+            result = encode_predict(outputs, fmt, sig, native=True)
         else:
-            found = None
-            if method == "predict" and defaults.media_type(req.content_type) in defaults.JSON_TYPES:
-                # A body of numbers alone is read from its bytes (TfsApi.numeric_predict);
-                # anything else is parsed and goes the general way, as before.
-                found = TfsApi(self.model_server).numeric_predict(bytes(req.body), name, version)
-            if found is not None:
-                from tfbatch.tfs.codec import encode_predict
-
-                outputs, fmt, sig = found
-                if as_npy:
-                    return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
-                result = encode_predict(outputs, fmt, sig, native=True)
-                return self._answer(result, endpoint)
             body = defaults.json_request(req.body, req.content_type)
             if as_npy:
                 check_encoded_images(body, self.max_image_pixels)
                 outputs, _, _ = TfsApi(self.model_server).predict_arrays(body, name, version)
                 return InvocationResponse(status=200, body=npy.npy_bytes(outputs), content_type=npy.NPY)
             result = self._call_model(body, name, version, method)
-        return self._answer(result, endpoint)
-
-    @staticmethod
-    def _answer(result: dict, endpoint: bool) -> InvocationResponse:
         if endpoint:
             from tfbatch.tfs import jsonstream
 
@@ -230,11 +220,10 @@ class InferenceService:
             if found is not None:
                 from tfbatch.tfs.codec import encode_predict
 
-                outputs, fmt, sig = found
-                status, content = 200, jsonenc.dumps(encode_predict(outputs, fmt, sig, native=True))
-                return make_response(status, content, ctx.rest_uri)
-            data = parse_handler_body(data)
-            status, content = 200, jsonenc.dumps(self._call_model(data, ctx.model_name, ctx.model_version, ctx.method))
+                answer = encode_predict(*found, native=True)
+            else:
+                answer = self._call_model(parse_handler_body(data), ctx.model_name, ctx.model_version, ctx.method)
+            status, content = 200, jsonenc.dumps(answer)
         except TfbatchError as err:
             status, content = err.status, err.to_json()
         return make_response(status, content, ctx.rest_uri)
