@@ -4,8 +4,8 @@ One list of stages, each a method below, run batch at a time by a few dataflow t
 
     chunks of objects (bounded by count and bytes)   _chunks
  -> read the chunk's objects in parallel             _read      (I/O threads; local and S3)
- -> split into records, form payloads                _split     (None/Line/RecordIO/TFRecord, gzip, caps)
-                                                     (SingleRecord lines joined: ObjectPipeline.payloads)
+ -> split into records, form payloads                _split     (None/Line/RecordIO/TFRecord, gzip, caps;
+                                                                 ObjectPipeline.object_payloads)
  -> form requests                                    _requests  (input_filter)
  -> predict, across objects, many requests per hop   _predict   (a stage choice, see below)
  -> responses to records, assemble, write, commit    ObjectPipeline.complete (split_multi_response,
@@ -18,13 +18,15 @@ worker processes, one joint model call per hop), or the in-process ``InferenceSe
 with the hop's requests in flight together so the model server's batcher joins them.
 Either way a request answers exactly what ``invoke`` answers for it alone.
 
-The last stage is the per-object pipeline's own, fed answers instead of invoking: a failed
-answer gets the same retries (transient statuses), isolation (a 400 rerun unbatched),
-record-by-record rerun of a MultiRecord payload and error line there, so a bad record costs
-one line and good records never run twice. An object this flow cannot hold (unreadable,
-larger than ``max_object_bytes`` raw or split, a stream that breaks while splitting) never
-reached user code here; the pipeline runs it from its first byte, streaming, in bounded
-memory, and reports it as it always has.
+The last stage is fed answers: a failed one gets the Invoker's retries (transient
+statuses) and isolation (a 400 rerun unbatched), a MultiRecord payload record-by-record
+reruns and error lines, so a bad record costs one line and good records never run twice.
+
+An object this flow cannot hold whole (larger than ``max_object_bytes`` raw or split,
+unreadable, or a stream that breaks while splitting) goes through the same stages a hop at a
+time (``_streamed``): read again from its first byte, split, its requests sent in hops of
+the tuner's size to the same predict stage, a few hops ahead, and its answers written in
+order as they come (``ObjectPipeline.stream``), in bounded memory whatever its size.
 """
 
 from __future__ import annotations
@@ -40,21 +42,30 @@ from typing import Any
 
 from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
-from tfbatch.records import Payload, iter_records, open_input
+from tfbatch.records import Payload
 from tfbatch.storage import ObjectRef
 from tfbatch.storage.io import read_small
 from tfbatch.storage.uri import is_local
+from tfbatch.transform.pipeline import Answer
 from tfbatch.transform.report import ObjectResult, RecordFailure
 
 log = logging.getLogger(__name__)
 
-Fallback = Callable[[ObjectRef, bool], ObjectResult]
 Finished = Callable[[ObjectResult], None]
 
-MAX_OBJECT_BYTES = 64 * 1024 * 1024  # raw or split: larger objects stream through the per-object pipeline
+MAX_OBJECT_BYTES = 64 * 1024 * 1024  # raw or split: larger objects stream, a hop at a time (_streamed)
 CHUNK_BYTES = 16 * 1024 * 1024  # a chunk closes at this many listed bytes (or batch_size objects)
 HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requests)
+STREAM_AHEAD_BYTES = 4 * HOP_BYTES  # request bytes a streamed object keeps in flight (and at least one hop)
 LOCAL_WRITERS = 1  # threads that assemble and write local outputs (see Dataflow.__init__)
+
+
+def _answered(part: list[tuple[Payload, TfbatchError | None]],
+              answer: list[InvocationResponse] | Future) -> Iterator[Answer]:
+    """A hop's payloads with their answers: a response each for those sent, in order."""
+    responses = iter(answer.result() if isinstance(answer, Future) else answer)
+    for payload, error in part:
+        yield (payload, None, error) if error is not None else (payload, next(responses), None)
 
 
 class _Object:
@@ -94,7 +105,7 @@ class Dataflow:
         self.hops = 0
         self.requests = 0
         self.objects = 0
-        self.fallbacks = 0
+        self.streamed = 0
         self._hop_pool: ThreadPoolExecutor | None = None  # set while run() runs
         # Writer tasks per chunk: one for local outputs, one per I/O thread for remote ones (S3),
         # where each object's write is a round trip. Local outputs also get one writer thread
@@ -133,7 +144,7 @@ class Dataflow:
                 return
             data = read_small(obj.ref.uri, obj.ref.size)
             obj.data = data if len(data) <= self.max_object_bytes else None
-        except Exception:  # noqa: BLE001 - the per-object pipeline reports it
+        except Exception:  # noqa: BLE001 - streamed instead (_streamed), which reports it
             obj.data = None
 
     def _read_all(self, objs: list[_Object]) -> None:
@@ -141,38 +152,38 @@ class Dataflow:
             self._read(obj)
 
     def _split(self, obj: _Object) -> None:
-        """Payloads as the per-object pipeline forms them; None if any is bad or they grow too large."""
-        spec, key = self.spec, obj.ref.key
+        """Payloads as the last stage expects them; None if the stream breaks or they grow too large."""
         obj.payloads = None
         try:
-            stream = open_input(io.BytesIO(obj.data), spec.compression, source=key)
-            records = iter_records(stream, spec.split_type, source=key, limit=spec.record_limit)
             payloads, total = [], 0
-            for payload in self.pipeline.payloads(records, key):
+            for payload in self.pipeline.object_payloads(io.BytesIO(obj.data), obj.ref.key):
                 total += len(payload.body)
                 if total > self.max_object_bytes:
-                    return  # e.g. a gzip body too large to hold: the pipeline streams it
+                    return  # e.g. a gzip body too large to hold: streamed instead
                 payloads.append(payload)
-        except Exception:  # noqa: BLE001 - e.g. a corrupt gzip stream: reported by the pipeline
+        except Exception:  # noqa: BLE001 - e.g. a corrupt gzip stream: streamed, which reports it
             return
         finally:
             obj.data = None  # the payloads hold what is needed from here on
-        if spec.split_type == "None" and not payloads:
-            return  # an empty body is bad input: the pipeline says so
         obj.payloads = payloads
 
     def _requests(self, obj: _Object) -> None:
         """A body per payload that reaches the model; an error for one that cannot (bad record, filter)."""
         obj.bodies, obj.errors = [], []
         for payload in obj.payloads:
-            error = payload.error
-            if error is None:
-                try:
-                    obj.bodies.append((self.pipeline.request_body(payload),
-                                       payload.content_type or self.spec.content_type))
-                except TfbatchError as exc:
-                    error = exc
+            body, error = self._request(payload)
+            if body is not None:
+                obj.bodies.append(body)
             obj.errors.append(error)
+
+    def _request(self, payload: Payload) -> tuple[tuple[bytes, str] | None, TfbatchError | None]:
+        """(the request body and its content type, None), or (None, why the payload cannot reach the model)."""
+        if payload.error is not None:
+            return None, payload.error
+        try:
+            return (self.pipeline.request_body(payload), payload.content_type or self.spec.content_type), None
+        except TfbatchError as exc:
+            return None, exc
 
     def _predict(self, objs: list[_Object], hop: int) -> None:
         """Every request of the chunk, across objects, in hops of ``hop`` requests (the first;
@@ -198,9 +209,9 @@ class Dataflow:
                 end += 1
             if self._hop_pool is None or (not answers and end == len(flat)):
                 # One hop for the whole chunk (or no hop threads): run it on this thread.
-                answers.append((start, end, self._hop(flat[start:end])))
+                answers.append((start, end, self._hop([body for _, body in flat[start:end]])))
             else:
-                answers.append((start, end, self._hop_pool.submit(self._hop, flat[start:end])))
+                answers.append((start, end, self._hop_pool.submit(self._hop, [body for _, body in flat[start:end]])))
                 running.append(len(answers) - 1)
                 while len(running) >= self.threads:
                     answers[running[0]][2].result()
@@ -211,14 +222,60 @@ class Dataflow:
             for (obj, _), response in zip(flat[a:b], responses):
                 obj.responses.append(response)
 
-    def _hop(self, part: list[tuple[_Object, tuple[bytes, str]]]) -> list[InvocationResponse]:
+    def _hop(self, bodies: list[tuple[bytes, str]]) -> list[InvocationResponse]:
         reqs = [InvocationRequest(body=body, content_type=content_type, accept=self.spec.accept)
-                for _, (body, content_type) in part]
+                for body, content_type in bodies]
         responses = self.predict.invoke_many(reqs, timeout_s=self.spec.invocations_timeout)
         with self._lock:
             self.hops += 1
             self.requests += len(reqs)
         return responses
+
+    def _streamed(self, obj: _Object) -> ObjectResult:
+        """The object read again from its first byte and run through the same stages a hop at
+        a time: split, requests, hops of the tuner's size (or ``HOP_BYTES``) to the predict
+        stage on the hop threads, up to ``threads`` hops or ``STREAM_AHEAD_BYTES`` ahead of
+        the output, which is written in record order as the answers come."""
+        def answers(raw) -> Iterator[Answer]:
+            ahead: deque[tuple[list[tuple[Payload, TfbatchError | None]], Any, int]] = deque()
+            part: list[tuple[Payload, TfbatchError | None]] = []
+            bodies: list[tuple[bytes, str]] = []
+            size = in_flight = 0
+            hop = self._next_size()
+            for payload in self.pipeline.object_payloads(raw, obj.ref.key):
+                body, error = self._request(payload)
+                part.append((payload, error))
+                if body is not None:
+                    bodies.append(body)
+                    size += len(body[0])
+                if len(bodies) >= hop or size >= HOP_BYTES:
+                    ahead.append((part, self._send(bodies), size))
+                    in_flight += size
+                    part, bodies, size, hop = [], [], 0, self._next_size()
+                    while len(ahead) > self.threads or len(ahead) > 1 and in_flight > STREAM_AHEAD_BYTES:
+                        done, answer, sent = ahead.popleft()
+                        in_flight -= sent
+                        yield from _answered(done, answer)
+            if part:
+                ahead.append((part, self._send(bodies), size))
+            while ahead:
+                done, answer, _ = ahead.popleft()
+                yield from _answered(done, answer)
+
+        with self._lock:
+            self.streamed += 1
+        try:
+            return self.pipeline.stream(obj.ref, answers, had_error_file=obj.had_error_file)
+        except Exception as exc:  # e.g. the ledger write failed after retries
+            return self._failed(obj.ref, exc)
+
+    def _send(self, bodies: list[tuple[bytes, str]]) -> list[InvocationResponse] | Future:
+        """One hop of a streamed object: on the hop threads, or here when there are none."""
+        if not bodies:
+            return []
+        if self._hop_pool is None:
+            return self._hop(bodies)
+        return self._hop_pool.submit(self._hop, bodies)
 
     # ---- driver -----------------------------------------------------------------------
 
@@ -231,7 +288,7 @@ class Dataflow:
         return [reader.submit(self._read_all, objs[k::runs]) for k in range(runs)]
 
     def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
-               fallback: Fallback, writer: ThreadPoolExecutor) -> list[Future]:
+               writer: ThreadPoolExecutor) -> list[Future]:
         for f in reads:
             f.result()
         formed: list[_Object] = []
@@ -239,10 +296,8 @@ class Dataflow:
             if obj.data is not None:
                 self._split(obj)
             if obj.payloads is None:
-                # Nothing of it reached user code or the model: the pipeline runs it from its first byte.
-                with self._lock:
-                    self.fallbacks += 1
-                finished(fallback(obj.ref, obj.had_error_file))
+                # Nothing of it reached user code or the model: streamed from its first byte.
+                finished(self._streamed(obj))
             else:
                 self._requests(obj)
                 formed.append(obj)
@@ -270,11 +325,15 @@ class Dataflow:
         try:
             return self.pipeline.complete(obj.ref, answered, had_error_file=obj.had_error_file)
         except Exception as exc:  # e.g. the ledger write failed after retries
-            log.exception("object %s failed", obj.ref.key)
-            failure = RecordFailure.from_exception(obj.ref.key, None, None, exc)
-            return ObjectResult(key=obj.ref.key, ok=False, failed_records=1, failures=[failure])
+            return self._failed(obj.ref, exc)
 
-    def run(self, refs: Iterable[tuple[ObjectRef, bool]], fallback: Fallback, finished: Finished) -> None:
+    @staticmethod
+    def _failed(ref: ObjectRef, exc: Exception) -> ObjectResult:
+        log.exception("object %s failed", ref.key)
+        failure = RecordFailure.from_exception(ref.key, None, None, exc)
+        return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
+
+    def run(self, refs: Iterable[tuple[ObjectRef, bool]], finished: Finished) -> None:
         """``refs`` yields (object, had an error file); every object ends in ``finished`` once.
 
         ``threads`` chunks run at once (reads, splitting and the model overlap: TensorFlow and
@@ -302,7 +361,7 @@ class Dataflow:
                                    and sum(n for n, _ in pending) + len(chunk) > self.max_in_flight):
                     settle()
                 reads = self._start_reads(chunk, reader)
-                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reads, finished, fallback, writer)))
+                pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reads, finished, writer)))
             while pending:
                 settle()
 
@@ -322,4 +381,4 @@ class Dataflow:
                 "batches": self.hops, "rows": self.requests, "objects": self.objects,
                 "max_batch_size": self.batch_size if tuner is None else tuner.chosen,
                 "workers": self.threads, "in_flight_objects": self.in_flight_objects, "chosen_by": self.chosen_by,
-                **extra, "objects_run_alone": self.fallbacks + extra.get("objects_run_alone", 0)}
+                **extra, "objects_run_alone": extra.get("objects_run_alone", 0), "objects_streamed": self.streamed}

@@ -225,7 +225,7 @@ class InstanceRunner:
     def rebind(self, spec: TransformSpec) -> "InstanceRunner":
         """Run another job on the loaded model (a pooled Ray actor): ``spec`` must equal the one
         opened with in all but where the job reads and writes (the caller checks). The ledger,
-        the per-object pipeline and the predict stage are the new job's own."""
+        the pipeline (the last stage) and the predict stage are the new job's own."""
         from tfbatch.storage.s3options import set_job_options
 
         assert self.invoker is not None, "call open() first"
@@ -333,16 +333,6 @@ class InstanceRunner:
         self.close()
 
     # ---- work -------------------------------------------------------------------------
-
-    def process(self, ref: ObjectRef, *, had_error_file: bool = False) -> ObjectResult:
-        """One object, never raising: anything unexpected becomes that object's failure."""
-        assert self.pipeline is not None, "call open() first"
-        try:
-            return self.pipeline.process(ref, had_error_file=had_error_file)
-        except Exception as exc:  # e.g. the ledger write failed after retries
-            log.exception("object %s failed", ref.key)
-            failure = RecordFailure.from_exception(ref.key, None, None, exc)
-            return ObjectResult(key=ref.key, ok=False, failed_records=1, failures=[failure])
 
     def _dataflow(self, job_rows=None):
         """The job's dataflow with its predict stage (transform/predict.py), chosen once here.
@@ -457,8 +447,7 @@ class InstanceRunner:
 
         flow = self._dataflow(job_rows=counted.rows)
         try:
-            flow.run(((ref, ref.key in with_errors) for ref in todo()),
-                     lambda ref, had_error: self.process(ref, had_error_file=had_error), finished)
+            flow.run(((ref, ref.key in with_errors) for ref in todo()), finished)
             stats = flow.stats
             name = stats.pop("name", None) or self._signature_name()
             summary.batches = {name: {**stats, "precision": self.spec.precision}}

@@ -107,46 +107,6 @@ class Invoker:
     def submit(self, body: bytes, content_type: str | None = None) -> _Call:
         return self._submit(_Call(self._request(body, content_type), 0, False))
 
-    @property
-    def hops(self) -> bool:
-        """Whether ``prepare``/``submit_hop`` can send many requests in one call (the handler
-        pool's ``invoke_many``); else each goes alone through ``submit``."""
-        return hasattr(self.service, "invoke_many")
-
-    def prepare(self, body: bytes, content_type: str | None = None) -> _Call:
-        """A call for ``submit_hop`` to send later; ``result`` waits for it as for any other."""
-        call = _Call(self._request(body, content_type), 0, False)
-        call.future = Future()
-        return call
-
-    def submit_hop(self, calls: list[_Call]) -> None:
-        """Prepared calls as one ``invoke_many`` on one invocation thread: one pool hop and one
-        model call for all of them. Each answer lands in its own call, where ``result``
-        applies the usual retries (each alone) and isolation."""
-        if not calls:
-            return
-        self._slots.acquire()
-
-        def run() -> None:
-            started = time.monotonic()
-            for call in calls:
-                call.started = started
-            try:
-                responses = self.service.invoke_many([call.request for call in calls], timeout_s=self.timeout_s)
-            except BaseException as exc:  # noqa: BLE001 - invoke_many answers; this is a guard
-                for call in calls:
-                    call.future.set_exception(exc)
-                return
-            for call, response in zip(calls, responses):
-                call.future.set_result(response)
-
-        try:
-            done = self.pool.submit(run)
-        except BaseException:
-            self._slots.release()
-            raise
-        done.add_done_callback(lambda _f: self._slots.release())
-
     def _submit(self, call: _Call) -> _Call:
         self._slots.acquire()
         service = self.isolation.get() if call.isolated else self.service
@@ -188,11 +148,6 @@ class Invoker:
                 call = self._submit(_Call(call.request, call.attempt, True))
                 continue
             return response
-
-    def first(self, call: _Call) -> InvocationResponse:
-        """``call``'s own answer, with no retry or isolation (a joined payload that fails runs
-        record by record instead)."""
-        return self._wait(call)
 
     def _wait(self, call: _Call) -> InvocationResponse:
         assert call.future is not None

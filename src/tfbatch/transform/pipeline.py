@@ -1,15 +1,17 @@
-"""One input object through the job: read -> split -> payloads -> invoke -> assemble -> write.
+"""One input object's last stages: its answers -> error lines, retries -> assemble -> write -> record.
 
-``ObjectPipeline.process(ref)`` needs only the job spec, an Invoker and a Ledger — nothing
-tied to this machine — so any engine (worker processes here, Ray actors elsewhere) can
-host it. Payloads of one object are invoked concurrently, up to a window, and their
-outputs are written strictly in record order while later payloads are still running; the
-output streams into an atomic write, so memory does not grow with the object's size and
-a reader never sees a partial ``.out``.
+The dataflow (``transform/dataflow.py``) reads, splits and invokes every object; it hands
+this pipeline each object's answers, in record order, through one of two doors:
+``complete(ref, answered)`` for an object it held whole, ``stream(ref, answers)`` for one
+it streamed (larger than it holds, or unreadable), whose answers arrive as the dataflow
+reads further. Either way the output streams into an atomic write, so memory does not grow
+with the object's size and a reader never sees a partial ``.out``.
 
-A failure is confined to the records it concerns. A MultiRecord payload that fails is
-retried record by record so that only the bad record is reported; with AssembleWith=Line
-the bad record's line holds an error object so line N still answers record N.
+A failure is confined to the records it concerns. A failed answer gets the Invoker's
+retries (transient statuses) and isolation (a 400 run again unbatched); a MultiRecord
+payload that still fails is retried record by record so that only the bad record is
+reported; with AssembleWith=Line the bad record's line holds an error object so line N
+still answers record N.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from tfbatch.errors import InvalidInput, TfbatchError
@@ -54,8 +55,10 @@ class _Final:
 # A payload, its invocation (None: it never reached the model) and the error that kept it from it.
 _Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 
+# A payload, its first answer (None: it never reached the model) and the error that kept it from it.
+Answer = tuple[Payload, InvocationResponse | None, TfbatchError | None]
+
 MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
-HOP_BYTES = 8 * 1024 * 1024  # request bytes per hop of a streamed object (as the dataflow's)
 
 
 def output_uri(spec: TransformSpec, key: str) -> str:
@@ -92,11 +95,10 @@ class _Chunks:
 
 
 class ObjectPipeline:
-    def __init__(self, spec: TransformSpec, invoker: Invoker, ledger: Ledger, *, window: int | None = None):
+    def __init__(self, spec: TransformSpec, invoker: Invoker, ledger: Ledger):
         self.spec = spec
-        self.invoker = invoker
+        self.invoker = invoker  # retries and isolation of failed answers, record-by-record reruns
         self.ledger = ledger
-        self.window = window or spec.concurrency
         self.processor = DataProcessor(
             spec.input_filter, spec.output_filter, spec.join_source, spec.content_type, spec.accept
         )
@@ -114,55 +116,46 @@ class ObjectPipeline:
         return join_single(payloads, self.join_kind, max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES,
                            sent_as=self.processor.filter_input if self.processor.active else None)
 
+    def object_payloads(self, raw, key: str) -> Iterator[Payload]:
+        """The payloads of the object ``raw`` reads (a binary stream): decompressed, split into
+        records (an empty object with SplitType None is one bad record), formed into payloads."""
+        stream = open_input(raw, self.spec.compression, source=key)
+        records = iter_records(stream, self.spec.split_type, source=key, limit=self.spec.record_limit)
+        if self.spec.split_type == "None":
+            records = _not_empty(records, key)
+        return self.payloads(records, key)
+
     # ---- one object -------------------------------------------------------------------
 
-    def process(self, ref: ObjectRef, *, had_error_file: bool = False) -> ObjectResult:
-        """The object read, split and invoked here, streaming: any size, in bounded memory."""
-        def entries(raw) -> Iterator[_Entry]:
-            stream = open_input(raw, self.spec.compression, source=ref.key)
-            records = iter_records(stream, self.spec.split_type, source=ref.key, limit=self.spec.record_limit)
-            if self.spec.split_type == "None":
-                records = _not_empty(records, ref.key)
-            # Started as the output stream pulls them: at most ``window`` in flight. With the
-            # handler pool, in hops of several requests (as the dataflow sends them), each hop
-            # sent once full: ``_stream`` waits only for payloads ``window`` behind the newest,
-            # whose hop is full by then (a hop holds at most a third of the window).
-            hop: list | None = [] if self.invoker.hops else None  # None: each payload submitted alone
-            size, limit = 0, max(1, self.window // 3)
-            for payload in self.payloads(records, ref.key):
-                entry = self._start(payload, hop)
-                if hop is not None and entry[1] is not None:
-                    size += len(entry[1].request.body)
-                    if len(hop) >= limit or size >= HOP_BYTES:
-                        self.invoker.submit_hop(hop)
-                        hop, size = [], 0
-                yield entry
-            if hop:
-                self.invoker.submit_hop(hop)
-
-        return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size), entries)
-
-    def complete(self, ref: ObjectRef, answered: list[tuple[Payload, InvocationResponse | None, TfbatchError | None]],
-                 *, had_error_file: bool = False) -> ObjectResult:
+    def complete(self, ref: ObjectRef, answered: list[Answer], *, had_error_file: bool = False) -> ObjectResult:
         """An object whose payloads the dataflow already formed and invoked (or failed to form).
 
         Each answer goes through the same retries, isolation, per-record reruns, error lines
-        and assembly as a payload invoked here, so only what failed runs again.
+        and assembly, so only what failed runs again.
         """
-        def entries(_) -> Iterator[_Entry]:
-            for payload, response, error in answered:
-                if response is None:
-                    yield payload, None, error
-                elif response.ok or payload.joined:
-                    # A 2xx answer is final: the Invoker's retries and isolation would return it
-                    # as it is, so it skips the Invoker's call and Future. A joined payload that
-                    # failed is not retried as a whole: each record runs alone (_finish).
-                    yield payload, _Final(response), None
-                else:
-                    # Retried or isolated with the body the model was sent: after the InputFilter.
-                    yield payload, self.invoker.answered(response, self.request_body(payload)), None
+        return self._run(ref, had_error_file, contextlib.nullcontext, lambda _: self._entries(answered))
 
-        return self._run(ref, had_error_file, contextlib.nullcontext, entries)
+    def stream(self, ref: ObjectRef, answers: Callable[..., Iterable[Answer]], *,
+               had_error_file: bool = False) -> ObjectResult:
+        """An object the dataflow streams: ``answers(raw)`` reads it from ``raw`` (opened here)
+        and yields its answers in record order as they come; the output is written as they do,
+        in bounded memory whatever the object's size. An object that cannot be opened, or
+        whose stream breaks, is one failure for it (and no output)."""
+        return self._run(ref, had_error_file, lambda: open_read(ref.uri, size=ref.size),
+                         lambda raw: self._entries(answers(raw)))
+
+    def _entries(self, answered: Iterable[Answer]) -> Iterator[_Entry]:
+        for payload, response, error in answered:
+            if response is None:
+                yield payload, None, error
+            elif response.ok or payload.joined:
+                # A 2xx answer is final: the Invoker's retries and isolation would return it
+                # as it is, so it skips the Invoker's call and Future. A joined payload that
+                # failed is not retried as a whole: each record runs alone (_finish).
+                yield payload, _Final(response), None
+            else:
+                # Retried or isolated with the body the model was sent: after the InputFilter.
+                yield payload, self.invoker.answered(response, self.request_body(payload)), None
 
     def _run(self, ref: ObjectRef, had_error_file: bool, opener, entries) -> ObjectResult:
         started = time.monotonic()
@@ -204,32 +197,24 @@ class ObjectPipeline:
     # ---- the ordered output stream ----------------------------------------------------
 
     def _stream(self, entries: Iterable[_Entry], state: _State, assembler: Assembler, sink: _Chunks) -> Iterator[bytes]:
-        pending: deque[_Entry] = deque()
+        # Each entry is answered already (a failed one is retried or isolated in _finish):
+        # its output goes out before the next entry is pulled.
         for entry in entries:
             state.records += len(entry[0].records)
-            pending.append(entry)
-            while len(pending) > self.window:
-                self._finish(*pending.popleft(), state, assembler)
-                yield from sink.drain()
-        while pending:
-            self._finish(*pending.popleft(), state, assembler)
+            self._finish(*entry, state, assembler)
             yield from sink.drain()
         if state.failed and assembler.outputs == 0:
             raise _AbortObject()  # every record failed: no output object, as in SageMaker
 
-    def _start(self, payload: Payload, hop: list | None = None) -> _Entry:
-        """The payload's call, submitted now, or prepared and added to ``hop`` (sent by the caller)."""
+    def _start(self, payload: Payload) -> _Entry:
+        """The payload's call, submitted now (a record run alone after its payload failed)."""
         if payload.error is not None:
             return payload, None, payload.error
         try:
             body = self.request_body(payload)
         except TfbatchError as exc:
             return payload, None, exc
-        if hop is None:
-            return payload, self.invoker.submit(body, payload.content_type), None
-        call = self.invoker.prepare(body, payload.content_type)
-        hop.append(call)
-        return payload, call, None
+        return payload, self.invoker.submit(body, payload.content_type), None
 
     def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
                 assembler: Assembler) -> None:
@@ -243,7 +228,7 @@ class ObjectPipeline:
         if type(call) is _Final:
             response = call.response
         else:
-            response = self.invoker.first(call) if payload.joined else self.invoker.result(call)
+            response = self.invoker.result(call)
         if not response.ok:
             if len(records) > 1:
                 return self._one_by_one(records, state, assembler, joined=payload.joined)

@@ -55,7 +55,7 @@ def test_split_records_from_many_objects_share_hops_and_match_the_in_process_pat
     # no script, records/payloads.py join_single), in hops of 16 requests: the model saw
     # records of several objects at once.
     assert stats["lane"] == "dataflow" and stats["predict"] == "handler-pool" and stats["rows"] == 6
-    assert stats["batches"] < 6 and stats["objects"] == 6 and stats["objects_run_alone"] == 0
+    assert stats["batches"] < 6 and stats["objects"] == 6 and stats["objects_streamed"] == 0
     (in_process,) = alone.batches.values()
     assert in_process["predict"] == "in-process"
     a, b = _outs(tmp_path / "pooled"), _outs(tmp_path / "alone")
@@ -88,7 +88,7 @@ def test_a_bad_record_costs_its_line_and_good_records_run_once(tmp_path, linear_
     assert counts["one"] == counts["three"] == counts["four"] == counts["five"] == 1 and counts["bad1"] == 2
 
 
-def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_path, linear_model, monkeypatch):
+def test_an_object_larger_than_the_flow_holds_is_streamed(tmp_path, linear_model, monkeypatch):
     inp = tmp_path / "in"
     inp.mkdir()
     small = b"".join(json.dumps([1, i, 1.0]).encode() + b"\n" for i in range(4))
@@ -100,7 +100,7 @@ def test_an_object_larger_than_the_flow_holds_streams_through_the_pipeline(tmp_p
                            content_type="application/json", assemble_with="Line", handler_workers=0)
     assert report.ok and report.records == 404
     (stats,) = report.batches.values()
-    assert stats["objects_run_alone"] == 1 and stats["objects"] == 1
+    assert stats["objects_streamed"] == 1 and stats["objects"] == 1
     got = [json.loads(x)["predictions"][0] for x in (tmp_path / "out" / "big.jsonl.out").read_text().splitlines()]
     np.testing.assert_allclose(got, linear_expected(np.array([[2, i, 1.0] for i in range(400)], np.float32)),
                                rtol=1e-5)
@@ -124,8 +124,8 @@ def batch_size_model(tmp_path_factory) -> Path:
 
 
 def test_a_streamed_object_goes_to_the_model_in_hops(tmp_path, batch_size_model, with_script, monkeypatch):
-    """An object too large for the flow streams through the pipeline, its requests sent to the
-    handler pool in hops (``Invoker.submit_hop``), and answers what the flow answers, errors
+    """An object too large for the flow to hold is streamed, its requests sent to the handler
+    pool in the flow's hops (``Dataflow._streamed``), and answers what the flow answers, errors
     included, each record's script call made once."""
     lines = [f"line-{i}" if i != 37 else "bad37" for i in range(120)]
     inp = tmp_path / "in"
@@ -152,11 +152,12 @@ def test_a_streamed_object_goes_to_the_model_in_hops(tmp_path, batch_size_model,
         assert all(counts[line] == 1 for line in lines if line != "bad37"), how
         assert reports[how].failed_records == 1
     (stats,) = reports["streamed"].batches.values()
-    assert stats["objects_run_alone"] == 1
-    # Several requests per model call (in hops of a third of the window of 32 now; before, by
-    # the model server's batcher joining single calls, which the big-file benchmark shows
-    # cost 2.5x the time: benchmarks/transform/profile/streamed-hops.md).
+    assert stats["objects_streamed"] == 1
+    # Several requests per model call: the flow's hops, of the size it sends a held object's
+    # requests in (one request per model call had cost 2.5x the time on a big file:
+    # benchmarks/transform/profile/streamed-hops.md).
     assert sum(size > 1 for size in sizes["streamed"]) > 100, sizes["streamed"]
+    assert max(sizes["streamed"]) == max(sizes["flow"]), (sizes["streamed"], sizes["flow"])
 
 
 def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answers(tmp_path):
@@ -182,7 +183,7 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
     (stats,) = report.batches.values()
     assert stats["predict"] == "image-batch" and stats["rows"] == 10 and stats["objects_run_alone"] == 1
     assert report.succeeded == 10 and report.failed == 1 and "cut.jpg" in report.errors[0]["object"]
-    # The one-request path (the endpoint's, and the per-object pipeline's) on each image alone.
+    # The one-request path (the endpoint's) on each image alone.
     server = ModelServer({"model": {1: model}})
     try:
         service = InferenceService(server)
