@@ -123,6 +123,10 @@ JSONLINES = "application/jsonlines"
 # An integer of 16 or more digits (2**53 has 16) may change when a row of floats joins it in
 # one array: such records are sent alone.
 _LONG_INTEGER = re.compile(rb"(?<![0-9.])[0-9]{16,}(?![0-9.eE])")
+# Looked for only where 16 digits stand in a row, found as 16 zeros once every digit is "0":
+# ~1.5 us for a CSV line of 32 floats, where the expression alone took ~23 (it tries each byte).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_SIXTEEN_DIGITS = b"0" * 16
 _REQUEST_KEYS = (b'"instances"', b'"inputs"', b'"examples"')
 _BLANK = b" \t\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes in ASCII, but line breaks
 # Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and, only
@@ -143,7 +147,7 @@ def joinable(data: bytes, kind: str) -> bool:
     handling (:func:`_one_json_instance`). Neither may hold ``true``/``false`` (booleans become
     numbers beside numbers) or a 16-digit integer.
     """
-    if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _LONG_INTEGER.search(data):
+    if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _long_integer(data):
         return False  # a blank line would shorten the joined answer: it would only cost a rerun
     if kind == "csv":
         return b'"' not in data and b"\r" not in data
@@ -152,6 +156,11 @@ def joinable(data: bytes, kind: str) -> bool:
     if b"true" in data or b"false" in data:
         return False
     return not any(mark in data for mark in _LINE_BREAKS)
+
+
+def _long_integer(data: bytes) -> bool:
+    """Whether ``data`` holds an integer of 16 or more digits (not a float's digits)."""
+    return _SIXTEEN_DIGITS in data.translate(_DIGITS_AS_ZERO) and _LONG_INTEGER.search(data) is not None
 
 
 def _one_json_instance(data: bytes) -> bool:
