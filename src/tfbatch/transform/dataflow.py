@@ -248,7 +248,8 @@ class Dataflow:
                 if body is not None:
                     bodies.append(body)
                     size += len(body[0])
-                if len(bodies) >= hop or size >= HOP_BYTES:
+                # By payloads, not requests: a run of bad records is held a hop at a time too.
+                if len(part) >= hop or size >= HOP_BYTES:
                     ahead.append((part, self._send(bodies), size))
                     in_flight += size
                     part, bodies, size, hop = [], [], 0, self._next_size()
