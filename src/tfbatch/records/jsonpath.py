@@ -116,11 +116,13 @@ class JsonPath:
                     if strict:
                         raise self._missing("an array", node)
                     continue
-                out.extend(map(node.__getitem__, self._positions(step, len(node))))
+                self._union(step, node, out)
         return out
 
-    def _positions(self, step: _Union, n: int) -> list[int]:
-        positions: list[int] = []
+    def _union(self, step: _Union, node: list[Any], out: list[Any]) -> None:
+        """The union's items of ``node`` appended to ``out`` in order; a slice is taken as a
+        list slice (C speed: a CSV row's ``$[1:]`` is one call, not one lookup per cell)."""
+        n = len(node)
         for item in step.items:
             if isinstance(item, _Index):
                 if not -n <= item.index < n:
@@ -128,14 +130,14 @@ class JsonPath:
                         f"JSONPath {self.expr!r}: index {item.index} is outside an array of "
                         f"{n} elements"
                     )
-                positions.append(item.index % n)
+                out.append(node[item.index])
             else:
                 start = 0 if item.start is None else item.start
                 end = n - 1 if item.end is None else item.end
                 start = max(start + n, 0) if start < 0 else start
                 end = end + n if end < 0 else min(end, n - 1)
-                positions.extend(range(start, end + 1))
-        return positions
+                if end >= start:  # both within [0, n) then: no negative index reaches the slice
+                    out.extend(node[start:end + 1])
 
     def _missing(self, what: str, node: Any) -> InvalidInput:
         if isinstance(node, dict):

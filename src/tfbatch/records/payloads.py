@@ -37,6 +37,9 @@ class Payload:
     # again alone; ``content_type`` is the joined body's when it differs from the job's.
     joined: bool = False
     content_type: str | None = None
+    # The body after DataProcessing's InputFilter, where join_single already made it (to
+    # judge the record joinable): the request is not filtered a second time.
+    sent: bytes | None = None
 
     @property
     def first_index(self) -> int:
@@ -187,39 +190,61 @@ def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JO
         raise ValueError(f"unknown join kind {kind!r}")
     content_type = JSONLINES if kind == "json" else None
     run: list[Payload] = []
+    sents: list[bytes] = []
     size = 0
     for payload in payloads:
-        if payload.error is None and len(payload.records) == 1 and _joinable_as_sent(payload.body, kind, sent_as):
+        sent = _sent_if_joinable(payload.body, kind, sent_as) if payload.error is None and len(payload.records) == 1 \
+            else None
+        if sent is not None:
             if run and (len(run) >= max_records or size + len(payload.body) > max_bytes):
-                yield _joined(run, content_type)
-                run, size = [], 0
+                yield _joined(run, sents, content_type, sent_as is not None)
+                run, sents, size = [], [], 0
             run.append(payload)
+            sents.append(sent)
             size += len(payload.body) + 1
             continue
         if run:
-            yield _joined(run, content_type)
-            run, size = [], 0
+            yield _joined(run, sents, content_type, sent_as is not None)
+            run, sents, size = [], [], 0
         yield payload
     if run:
-        yield _joined(run, content_type)
+        yield _joined(run, sents, content_type, sent_as is not None)
 
 
-def _joinable_as_sent(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bool:
+def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bytes | None:
+    """What ``body`` is sent as (after ``sent_as``) when it may join others, else None."""
     if not joinable(body, kind):
-        return False
+        return None
     if sent_as is None:
+        return body
+    if kind == "csv" and not _utf8(body):
+        return None  # the filter reads a joined request's rows as UTF-8 text: alone, as before
+    try:
+        sent = sent_as(body)
+    except TfbatchError:
+        return None
+    return sent if joinable(sent, kind) else None
+
+
+def _utf8(data: bytes) -> bool:
+    if data.isascii():
         return True
     try:
-        return joinable(sent_as(body), kind)
-    except TfbatchError:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
         return False
+    return True
 
 
-def _joined(run: list[Payload], content_type: str | None) -> Payload:
+def _joined(run: list[Payload], sents: list[bytes], content_type: str | None, filtered: bool) -> Payload:
+    """The run as one request; with an InputFilter, its rows as already filtered: what the
+    filter makes of the joined body, row by row (``DataProcessor.filter_input``)."""
     if len(run) == 1:
+        if filtered:
+            run[0].sent = sents[0]
         return run[0]
     return Payload([p.records[0] for p in run], b"\n".join(p.body for p in run), joined=True,
-                   content_type=content_type)
+                   content_type=content_type, sent=b"\n".join(sents) if filtered else None)
 
 
 def split_multi_response(payload: Payload, response: bytes) -> list[bytes] | None:

@@ -263,6 +263,8 @@ class ObjectPipeline:
 
     def request_body(self, payload: Payload) -> bytes:
         """What the model is sent for ``payload``: its body after the InputFilter."""
+        if payload.sent is not None:
+            return payload.sent  # filtered already, row by row, when its rows were joined
         return self.processor.filter_input(payload.body) if self.processor.active else payload.body
 
     def _process_output(self, record_data: bytes, output: bytes) -> bytes:

@@ -172,6 +172,45 @@ def test_join_single_bounds_records_and_bytes():
         list(join_single(_singles([b"1"]), "tsv"))
 
 
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_join_single_sends_the_rows_it_filtered_to_judge_them(kind):
+    """With an InputFilter each row is filtered once, to judge it joinable; the joined request
+    carries those rows (``sent``), byte for byte what the filter makes of the joined body."""
+    from tfbatch.records.join import DataProcessor
+
+    content_type, path = ("text/csv", "$[1:]") if kind == "csv" else ("application/jsonlines", "$.x")
+    processor = DataProcessor(path, None, None, content_type, None)
+    rows = [b"a,1.5,2", b"b,3,4e2", b"c,-1,0.25"] if kind == "csv" else \
+        [b'{"id": "a", "x": [1.5, 2]}', b'{"id": "b", "x": [3, 400.0]}', b'{"id": "c", "x": [-1, 0.25]}']
+    calls = []
+
+    def sent_as(body: bytes) -> bytes:
+        calls.append(body)
+        return processor.filter_input(body)
+
+    (joined,) = join_single(_singles(rows), kind, sent_as=sent_as)
+    assert joined.joined and joined.body == b"\n".join(rows)
+    assert joined.sent == processor.filter_input(joined.body)
+    assert joined.sent == (b"1.5,2\n3,4e2\n-1,0.25" if kind == "csv" else b"[1.5,2]\n[3,400.0]\n[-1,0.25]")
+    assert calls == rows  # each row filtered once
+    (alone,) = join_single(_singles(rows[:1]), kind, sent_as=sent_as)
+    assert not alone.joined and alone.sent == processor.filter_input(rows[0])
+    assert [p.sent for p in join_single(_singles(rows), kind)] == [None]  # no filter: nothing kept
+
+
+def test_a_row_that_is_not_utf8_is_not_joined_under_a_filter():
+    """The filter reads a joined CSV request's rows as UTF-8 text; a row that is not goes alone."""
+    from tfbatch.records.join import DataProcessor
+
+    processor = DataProcessor("$[1:]", None, None, "text/csv", None)
+    rows = [b"a,1", b"\xff\xfe,2", b"c,3"]
+    out = list(join_single(_singles(rows), "csv", sent_as=processor.filter_input))
+    assert [[r.index for r in p.records] for p in out] == [[0], [1], [2]]
+    assert out[1].sent is None and not out[1].joined
+    out = list(join_single(_singles(rows), "csv"))  # unfiltered, the bytes go as they are
+    assert [[r.index for r in p.records] for p in out] == [[0, 1, 2]]
+
+
 @pytest.mark.parametrize(("data", "kind", "expected"), [
     (b"1.5,-2,3e4", "csv", True),
     (b"0.12345678901234568,1", "csv", True),       # 17 digits after the point: a float
