@@ -229,7 +229,12 @@ def json_request(body: bytes, content_type: str | None) -> dict:
         return {"instances": _json_lines(body, mt)}
     if mt in CSV_TYPES:
         rows = csv.reader(io.StringIO(_decode_text(body, "text/csv")))
-        instances = [[_csv_value(cell.strip()) for cell in row] for row in rows if any(c.strip() for c in row)]
+        try:
+            instances = [[_csv_value(cell.strip()) for cell in row] for row in rows if any(c.strip() for c in row)]
+        except csv.Error as exc:  # e.g. a field past the csv module's limit, an unclosed quote at a NUL
+            raise InvalidInput(f"text/csv body is not CSV the default handling can read (row "
+                               f"{rows.line_num}: {exc}); expected rows of values, each field at most "
+                               f"{csv.field_size_limit():,} characters") from exc
         # A one-column CSV gives scalars, as the container does for single-feature rows.
         instances = [row[0] if len(row) == 1 else row for row in instances]
         return {"instances": instances}

@@ -60,6 +60,13 @@ def test_csv_rows_become_numeric_instances():
     assert json_request(b"7\n8\n", "text/csv") == {"instances": [7, 8]}
 
 
+def test_a_csv_field_past_the_csv_module_limit_is_bad_input_that_says_so():
+    """The csv module's own error (an unlabelled 500 before) becomes a 400 naming the row and the limit."""
+    with pytest.raises(InvalidInput, match=r"text/csv body is not CSV .*\(row 2: field larger than field limit"
+                                           r" \(131072\)\); expected rows of values, each field at most 131,072"):
+        json_request(b"1,2,3\n" + b"x" * 200_000 + b"\n", "text/csv")
+
+
 def test_unsupported_media_type_is_415_with_the_type():
     with pytest.raises(UnsupportedMediaType) as err:
         json_request(b"x", "application/x-protobuf")
