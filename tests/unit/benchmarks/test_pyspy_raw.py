@@ -33,3 +33,21 @@ def test_the_breakdowns_read_it_alike(tmp_path):
     gil = script_phases.analyse(str(path), rate=100, images=1)
     assert gil["processes"] == {"main process": 2, "handler workers": 1}
     assert gil["gil_ms_per_image"]["handler workers"]["total"] == 130.0
+
+
+def test_thread_busy_groups_threads_and_leaves_waits_out(tmp_path):
+    from benchmarks.transform.profile.thread_busy import summarise
+
+    path = tmp_path / "raw.txt"
+    path.write_text(
+        'process 1:"tfbatch";thread (0x1): dataflow_0;_chunk (tfbatch/transform/dataflow.py:5);'
+        "quick_execute (tensorflow/execute.py:53) 5\n"
+        'process 1:"tfbatch";thread (0x2): dataflow_1;_chunk (tfbatch/transform/dataflow.py:5);'
+        "wait (threading.py:320) 4\n"
+        'process 1:"tfbatch";process 2:"w";thread (9): MainThread;call_user (tfbatch/handlers/service.py:267);'
+        "iterencode (json/encoder.py:258) 3\n"
+    )
+    busy, idle, leaves = summarise(str(path))
+    assert busy == {"dataflow_N": 5, "MainThread": 3} and idle == {"dataflow_N": 4}
+    assert leaves["dataflow_N"] == {"_chunk (tfbatch/transform/dataflow.py:5) || "
+                                    "quick_execute (tensorflow/execute.py:53)": 5}
