@@ -10,6 +10,7 @@ was doing, whatever called it.
 from __future__ import annotations
 
 import gzip
+import re
 from collections.abc import Iterator, Sequence
 
 Phases = Sequence[tuple[str, Sequence[str]]]
@@ -33,6 +34,15 @@ def split_process(frames: list[str]) -> tuple[str, list[str]]:
     while depth + 1 < len(frames) and frames[depth + 1].startswith("process "):
         depth += 1
     return frames[depth], frames[depth + 2:]
+
+
+def split_thread(frames: list[str]) -> tuple[str | None, list[str]]:
+    """The name of the innermost thread frame (``thread (ID): NAME``, after any ``process``
+    frames of ``--subprocesses``) and the stack below it; (None, ``frames``) without one."""
+    at = [k for k, frame in enumerate(frames) if frame.startswith("thread (")]
+    if not at:
+        return None, frames
+    return re.sub(r"^thread \((0x)?[0-9a-fA-F]+\): ", "", frames[at[-1]]), frames[at[-1] + 1:]
 
 
 def phase_of(frames: list[str], phases: Phases, other: str) -> str:

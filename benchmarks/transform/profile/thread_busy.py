@@ -17,7 +17,7 @@ import argparse
 import re
 from collections import Counter, defaultdict
 
-from benchmarks.transform.profile.pyspy_raw import samples
+from benchmarks.transform.profile.pyspy_raw import samples, split_thread
 
 _IDLE = ("Condition.wait", "Event.wait", "_worker (", "wait (threading", "select", "poll (", "_wait_for_tstate")
 
@@ -27,12 +27,10 @@ def summarise(path: str) -> tuple[Counter, Counter, dict[str, Counter]]:
     idle: Counter = Counter()
     leaves: dict[str, Counter] = defaultdict(Counter)
     for frames, count in samples(path):
-        at = [k for k, f in enumerate(frames) if f.startswith("thread (")]
-        if not at:
+        name, stack = split_thread(frames)
+        if name is None:
             continue
-        name = re.sub(r"^thread \((0x)?[0-9a-fA-F]+\): ", "", frames[at[-1]])
         name = re.sub(r"_\d+$", "_N", name)
-        stack = frames[at[-1] + 1:]
         if not stack or any(mark in stack[-1] for mark in _IDLE):
             idle[name] += count
             continue

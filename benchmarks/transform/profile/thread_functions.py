@@ -15,7 +15,7 @@ import argparse
 import re
 from collections import Counter
 
-from benchmarks.transform.profile.pyspy_raw import samples
+from benchmarks.transform.profile.pyspy_raw import samples, split_thread
 
 _FRAME = re.compile(r"\s*(.*?) \((.*?):(\d+)\)")
 _IDLE = ("Condition.wait", "Event.wait")
@@ -34,10 +34,9 @@ def summarise(path: str, thread: str) -> tuple[int, Counter, Counter]:
     inclusive: Counter = Counter()
     total = 0
     for frames, count in samples(path):
-        name = re.sub(r"^thread \(0x[0-9a-fA-F]+\): ", "", re.sub(r"^thread \(\d+\): ", "", frames[0]))
-        if not name.startswith(thread):
+        name, stack = split_thread(frames)
+        if name is None or not name.startswith(thread):
             continue
-        stack = frames[1:]
         if not stack or any(mark in stack[-1] for mark in _IDLE) or stack[-1].lstrip().startswith("_worker ("):
             continue
         total += count
