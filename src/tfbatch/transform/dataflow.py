@@ -34,7 +34,6 @@ from __future__ import annotations
 import io
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor

@@ -25,7 +25,7 @@ from tfbatch.transform.ledger import Ledger
 from tfbatch.transform.lookahead import CountAhead, Prefetch
 from tfbatch.transform.pipeline import ObjectPipeline
 from tfbatch.transform.plan import iter_partition
-from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
+from tfbatch.transform.report import InstanceSummary, ObjectResult
 from tfbatch.transform.spec import TransformSpec
 
 log = logging.getLogger(__name__)
