@@ -104,8 +104,19 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     rest_uri = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    remote = input_dir.startswith("s3://")
+    if remote and (split_type != "None" or processor.active):
+        raise SystemExit("s3:// inputs: SplitType None without DataProcessing only")
     root = Path(input_dir)
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    if remote:  # the keys; each agent thread GETs its object before the request (s3_inputs.py)
+        from benchmarks.transform.s3_inputs import client, list_keys, split_uri
+
+        s3 = client(concurrency)
+        bucket, prefix = split_uri(input_dir)
+        root = Path(prefix)
+        files = [Path(key) for key in list_keys(input_dir, s3)]
+    else:
+        files = sorted(p for p in root.rglob("*") if p.is_file())
     local = threading.local()
     max_bytes = int(max_payload_mb * 2**20)
     started = time.monotonic()
@@ -149,7 +160,12 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         # overlap: the pool holds at most ``concurrency`` requests in flight.
         pending: list[tuple[Path, list]] = []
         for path in files:
-            if processor.active:
+            if remote:
+                def fetched(key: str) -> bytes:
+                    return one(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+                futures = [pool.submit(fetched, str(path))]
+            elif processor.active:
                 futures = [pool.submit(processed, body, records) for body, records
                            in filtered_payloads(path.read_bytes(), split_type, strategy, max_bytes, processor)]
             else:

@@ -122,9 +122,17 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     started = time.monotonic()
     join = join or framing.endswith("-id")  # an id is only kept to be written back
     _, predict, key, spec = _signature(model_dir, float_model or kind in ("table", "json"))
-    out, root = Path(output_dir), Path(input_dir)
+    out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    files = sorted(str(p) for p in root.iterdir() if p.is_file())
+    remote = input_dir.startswith("s3://")
+    if remote and kind not in ("files", "json"):
+        raise SystemExit(f"--kind {kind}: s3:// inputs are read for files and json only")
+    if remote:
+        from benchmarks.transform.s3_inputs import list_keys
+
+        files = list_keys(input_dir)
+    else:
+        files = sorted(str(p) for p in Path(input_dir).iterdir() if p.is_file())
     auto = tf.data.AUTOTUNE
     count = 0
 
@@ -136,9 +144,17 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
         if kind in ("files", "json"):
             png = bool(files) and files[0].endswith(".png")
             decode = _image_decoder(spec, float_model, raw, png) if kind == "files" else _json_decoder(spec)
-            images = (tf.data.Dataset.from_tensor_slices(files)
-                      .map(lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
-                      .batch(batch_size).prefetch(auto))
+            if remote:  # boto3 threads fetch in order, a bounded window ahead (s3_inputs.py)
+                from benchmarks.transform.s3_inputs import read_in_order
+
+                string = tf.TensorSpec((), tf.string)
+                images = (tf.data.Dataset.from_generator(lambda: read_in_order(input_dir, files),
+                                                         output_signature=(string, string))
+                          .map(lambda p, data: (p, decode(data)), num_parallel_calls=auto, deterministic=True))
+            else:
+                images = tf.data.Dataset.from_tensor_slices(files).map(
+                    lambda p: (p, decode(tf.io.read_file(p))), num_parallel_calls=auto, deterministic=True)
+            images = images.batch(batch_size).prefetch(auto)
 
             def write_files(names, rows):
                 for name, row in zip(names, rows):

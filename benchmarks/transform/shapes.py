@@ -18,6 +18,7 @@ so no contender wins by doing less.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -404,6 +405,11 @@ def markdown(results: dict) -> str:
              f"commit {results['machine'].get('git_commit')}, scale {results['scale']}, "
              f"load average before {results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. "
              + results["note"], "",
+             *([f"Inputs on S3: a moto server process on loopback"
+                + (f" behind a proxy adding {results['storage']['latency_ms']:g} ms to every request"
+                   if results["storage"].get("latency_ms") else "")
+                + " (benchmarks/transform/s3_inputs.py); outputs local.", ""]
+               if isinstance(results.get("storage"), dict) else []),
              "Records/s steady / whole process; in brackets CPU ms per record, steady; whole process. "
              "Ratios are the median over rounds of a/b and a/c in the same round. "
              "`agrees` = every object has (b)'s rows within float rounding. Steady rates come from the output "
@@ -461,8 +467,6 @@ def _median_ratios(rounds: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.transform.bench import machine
-
     names = [s.name for s in SHAPES]
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transform.shapes", description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="all", help="comma list of " + ", ".join(names) + ", or all "
@@ -477,6 +481,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tfbatch-bench-shapes"))
     parser.add_argument("--out", default="benchmarks/transform/shapes.json")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per contender")
+    parser.add_argument("--storage", choices=["local", "s3"], default="local",
+                        help="s3: every contender reads its inputs from a moto S3 server on loopback "
+                             "(benchmarks/transform/s3_inputs.py); outputs stay local")
+    parser.add_argument("--s3-latency-ms", type=float, default=0.0,
+                        help="--storage s3: a proxy in front of the server delays every request this long")
     parser.add_argument("--note", default="")
     parser.add_argument("--render", metavar="JSON", help="only rewrite the markdown table of a results file")
     args = parser.parse_args(argv)
@@ -488,16 +497,49 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - set(names))
     if unknown or args.repeat < 1 or not 0 < args.scale <= 10 or set(args.contenders) - set("abc"):
         parser.error(f"unknown shapes {unknown}" if unknown else "--repeat >= 1, 0 < --scale <= 10, --contenders from abc")
+    with contextlib.ExitStack() as stack:
+        storage = None
+        if args.storage == "s3":
+            from benchmarks.transform.s3_inputs import Storage
+
+            storage = stack.enter_context(Storage(args.s3_latency_ms))
+        return _run(args, chosen, argv, storage)
+
+
+def on_s3(job: Job, shape: str) -> Job:
+    """The same job with its inputs uploaded to the benchmark's S3 server, every contender's
+    ``--input`` pointed there (s3_inputs.py)."""
+    from benchmarks.transform.s3_inputs import BUCKET, upload
+
+    if job.split != "None" or "--input-filter" in job.a:
+        raise SystemExit(f"--storage s3: {shape} is not a one-object-per-payload shape without filters")
+    uri = f"s3://{BUCKET}/{shape}/"
+    upload(job.input, uri)
+
+    def moved(cmd: list[str]) -> list[str]:
+        at = cmd.index("--input") + 1
+        return cmd[:at] + [uri] + cmd[at + 1:]
+
+    return Job(job.input, job.records, job.objects, moved(job.a), moved(job.b), job.c_server, moved(job.c_client),
+               job.split)
+
+
+def _run(args: argparse.Namespace, chosen: list[str], argv: list[str] | None, storage: Any) -> int:
+    from benchmarks.transform.bench import machine
+
     workdir = Path(args.workdir)
     results: dict[str, Any] = {
         "command": "python -m benchmarks.transform.shapes " + " ".join(argv if argv is not None else sys.argv[1:]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "scale": args.scale, "table_scale": args.table_scale,
-        "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
+        "load_average_before": os.getloadavg(), "note": args.note, "shapes": {},
+        "storage": args.storage if storage is None else {"kind": "s3", "latency_ms": args.s3_latency_ms}}
     jobs = {}
     for shape in SHAPES:
         if shape.name in chosen:
             print(f"preparing {shape.name} ...", flush=True)
             jobs[shape.name] = shape.build(workdir, Scale(args.scale, args.table_scale))
+            if storage is not None:
+                jobs[shape.name] = on_s3(jobs[shape.name], shape.name)
             for path in jobs[shape.name].input.rglob("*"):  # the same warm page cache for everyone
                 if path.is_file():
                     path.read_bytes()
