@@ -24,6 +24,8 @@ ENV_NAMES = (
     "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_REGION", "TFBATCH_S3_REQUESTER_PAYS", "TFBATCH_S3_SSE_KMS_KEY_ID",
 )
 
+MAX_POOL_CONNECTIONS = 64
+
 _job: dict[str, Any] = {}
 
 
@@ -57,7 +59,11 @@ def s3_options(env: os._Environ | dict[str, str] | None = None) -> dict[str, Any
     # inherits that; passing it explicitly as well keeps older stacks working.
     options: dict[str, Any] = {
         "use_listings_cache": False,
-        "config_kwargs": {"retries": {"total_max_attempts": 1}},
+        # Connections per host (aiohttp's limit; botocore's default is 10): the transform's
+        # reads and writes to a store each keep up to 32 requests in flight
+        # (transform/dataflow.py, REMOTE_IO_THREADS), and a request waiting for a connection
+        # would only queue behind the others' round trips.
+        "config_kwargs": {"retries": {"total_max_attempts": 1}, "max_pool_connections": MAX_POOL_CONNECTIONS},
     }
     ignore = env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in _TRUE
     endpoint = None if ignore else (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"))

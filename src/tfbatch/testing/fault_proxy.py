@@ -53,6 +53,10 @@ class FaultProxy:
         self.match = match
         self.failed = 0
         self.faults: Counter[str] = Counter()
+        # Requests being handled right now, and the most at once, by operation: how many a
+        # client really keeps in flight, taken on the wire.
+        self.in_flight: Counter[str] = Counter()
+        self.max_in_flight: Counter[str] = Counter()
         self.lock = threading.Lock()
         self.server: ThreadingHTTPServer | None = None
 
@@ -75,6 +79,7 @@ class FaultProxy:
             self.requests.clear()
             self.by_path.clear()
             self.faults.clear()
+            self.max_in_flight.clear()
 
     def _decide(self, method: str, path: str) -> str | None:
         op = operation(method, path)
@@ -119,6 +124,17 @@ class FaultProxy:
                 return self.rfile.read(length) if length else b""
 
             def _handle(self) -> None:
+                op = operation(self.command, self.path)
+                with proxy.lock:
+                    proxy.in_flight[op] += 1
+                    proxy.max_in_flight[op] = max(proxy.max_in_flight[op], proxy.in_flight[op])
+                try:
+                    self._forward()
+                finally:
+                    with proxy.lock:
+                        proxy.in_flight[op] -= 1
+
+            def _forward(self) -> None:
                 body = self._body()
                 fault = proxy._decide(self.command, self.path)
                 if fault == "reset":

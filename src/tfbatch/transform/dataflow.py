@@ -57,6 +57,14 @@ CHUNK_BYTES = 16 * 1024 * 1024  # a chunk closes at this many listed bytes (or b
 HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requests)
 STREAM_AHEAD_BYTES = 4 * HOP_BYTES  # request bytes a streamed object keeps in flight (and at least one hop)
 LOCAL_WRITERS = 1  # threads that assemble and write local outputs (see Dataflow.__init__)
+LOCAL_IO_THREADS = 8  # threads reading a chunk's local files (each a run of them)
+# Requests in flight to an object store, reads and writes each: a GET or PUT is a round trip
+# (tens of ms on S3 for a small object) that costs the client ~2 ms of CPU, so it is latency,
+# not CPU, that bounds one thread's rate. With 8 reads in flight and 20 ms added to each
+# request, a JPEG job ran at 113 objects/s, half the expert's tf.data script with 32 boto3
+# threads (benchmarks/transform/s3/README.md). storage/s3options.py sizes the connection
+# pool to match.
+REMOTE_IO_THREADS = 32
 
 
 def _answered(part: list[tuple[Payload, TfbatchError | None]],
@@ -86,14 +94,18 @@ class Dataflow:
     """Runs one instance's objects through the stages; ``predict`` has ``invoke_many``."""
 
     def __init__(self, spec: Any, predict: Any, pipeline: Any, *, batch_size: int, threads: int,
-                 io_threads: int = 8, max_object_bytes: int | None = None, max_in_flight: int | None = None,
+                 io_threads: int | None = None, max_object_bytes: int | None = None, max_in_flight: int | None = None,
                  stats: Callable[[], dict] | None = None, chosen_by: dict[str, str] | None = None):
         self.spec = spec
         self.predict = predict
         self.pipeline = pipeline  # assembles, writes and records each object (transform/pipeline.py)
         self.batch_size = max(1, batch_size)
         self.threads = max(1, threads)
-        self.io_threads = max(1, io_threads)
+        # Reads: LOCAL_IO_THREADS runs of a chunk for local files, one object per thread up to
+        # REMOTE_IO_THREADS for the rest (``io_threads`` sets both); each kind has its own
+        # pool, whose threads start only when a chunk of that kind is read.
+        self.io_threads = max(1, io_threads or LOCAL_IO_THREADS)
+        self.remote_io_threads = max(1, io_threads or REMOTE_IO_THREADS)
         self.max_object_bytes = max_object_bytes or MAX_OBJECT_BYTES
         self.limit = spec.max_payload_bytes or 0
         # MaxConcurrentTransforms, when given, caps the objects in flight (never below one chunk).
@@ -114,7 +126,7 @@ class Dataflow:
         # one writer, 16,300); there 20,000 O_TMPFILE writes took 24 us each from one thread,
         # 61 from 4, 153 from 16 (benchmarks/transform/profile/sixteen-cores.md).
         local = is_local(getattr(spec, "output", None) or "")
-        self.write_runs = 1 if local else self.io_threads
+        self.write_runs = 1 if local else self.remote_io_threads
         self.writers = LOCAL_WRITERS if local else max(self.threads, self.write_runs)
 
     # ---- stages -----------------------------------------------------------------------
@@ -279,13 +291,18 @@ class Dataflow:
 
     # ---- driver -----------------------------------------------------------------------
 
-    def _start_reads(self, objs: list[_Object], reader: ThreadPoolExecutor) -> list[Future]:
+    def _start_reads(self, objs: list[_Object], reader: ThreadPoolExecutor, fetcher: ThreadPoolExecutor
+                     ) -> list[Future]:
         # One task per I/O thread, each reading a run of the chunk's objects: a task per object
         # cost a Future, a queue hand-off and a wake-up each, more CPU than reading a small file.
+        # Objects in a store (S3) get more threads, each waiting on its request's round trip.
         # Started when the chunk is submitted, so a chunk waiting for a dataflow thread is read
         # while the others run the model.
-        runs = min(self.io_threads, len(objs))
-        return [reader.submit(self._read_all, objs[k::runs]) for k in range(runs)]
+        if is_local(objs[0].ref.uri):
+            pool, runs = reader, min(self.io_threads, len(objs))
+        else:
+            pool, runs = fetcher, min(self.remote_io_threads, len(objs))
+        return [pool.submit(self._read_all, objs[k::runs]) for k in range(runs)]
 
     def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
                writer: ThreadPoolExecutor) -> list[Future]:
@@ -352,7 +369,8 @@ class Dataflow:
         with ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow-hop") as hops, \
                 ThreadPoolExecutor(self.writers, thread_name_prefix="dataflow-write") as writer, \
                 ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
-                ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader:
+                ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader, \
+                ThreadPoolExecutor(self.remote_io_threads, thread_name_prefix="dataflow-fetch") as fetcher:
             self._hop_pool = hops
             for chunk, hop in self._chunks(refs):
                 # Room first, then the chunk's reads: at most threads + 2 chunks hold data at once
@@ -360,7 +378,7 @@ class Dataflow:
                 while pending and (len(pending) >= self.threads + 2 or self.max_in_flight
                                    and sum(n for n, _ in pending) + len(chunk) > self.max_in_flight):
                     settle()
-                reads = self._start_reads(chunk, reader)
+                reads = self._start_reads(chunk, reader, fetcher)
                 pending.append((len(chunk), flows.submit(self._chunk, chunk, hop, reads, finished, writer)))
             while pending:
                 settle()

@@ -80,3 +80,21 @@ def test_job_through_resets_slowdowns_and_latency_matches_a_clean_run(s3_server,
     # Retries are bounded: each injected error costs at most a few extra requests, not a loop.
     extra = sum(faulty.requests.values()) - clean_requests
     assert extra <= 4 * errors, (dict(faulty.requests), dict(faulty.faults), clean_requests)
+
+
+def test_reads_and_writes_keep_many_requests_in_flight(s3_server, s3_bucket, linear_model, through):
+    """A GET or PUT is a round trip: the job overlaps many of them, counted on the wire (the
+    proxy holds each one 0.3 s). Past the 8 threads local files get and botocore's default
+    pool of 10 connections."""
+    s3 = s3_server.client()
+    n = 64
+    for i in range(n):
+        s3.put_object(Bucket=s3_bucket, Key=f"many/o{i:03d}.json", Body=json.dumps([i, 1, 2]).encode())
+    with FaultProxy(s3_server.endpoint_url, delay=1.0, delay_s=0.3, only=frozenset({"GET", "PUT"})) as slow, \
+            through(slow):
+        report = run_transform(model=str(linear_model), input=f"s3://{s3_bucket}/many/", content_type="application/json",
+                               output=f"s3://{s3_bucket}/many-out", max_batch_size=32)
+    assert report.ok and report.objects == n, report.summary()
+    assert len(_outputs(s3, s3_bucket, "many-out/")) == n
+    assert slow.max_in_flight["GET"] >= 16, dict(slow.max_in_flight)
+    assert slow.max_in_flight["PUT"] >= 16, dict(slow.max_in_flight)

@@ -17,8 +17,17 @@ def _no_job_options():
 
 def test_botocore_makes_one_attempt_per_call():
     options = s3options.s3_options({})
-    assert options["config_kwargs"] == {"retries": {"total_max_attempts": 1}}
+    assert options["config_kwargs"]["retries"] == {"total_max_attempts": 1}
     assert "s3_additional_kwargs" not in options and "profile" not in options
+
+
+def test_the_connection_pool_holds_the_requests_a_transform_keeps_in_flight():
+    from tfbatch.transform.dataflow import REMOTE_IO_THREADS
+
+    options = s3options.s3_options({})
+    assert options["config_kwargs"]["max_pool_connections"] >= 2 * REMOTE_IO_THREADS  # reads and writes
+    fs = s3options.new_s3_filesystem()
+    assert fs.config_kwargs["max_pool_connections"] == s3options.MAX_POOL_CONNECTIONS
 
 
 def test_endpoint_profile_and_requester_pays_come_from_the_environment():
