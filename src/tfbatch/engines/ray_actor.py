@@ -104,15 +104,26 @@ def apply_env(env: dict[str, str] | None) -> None:
 
 @ray.remote
 def read_objects(uris: list[str], env: dict[str, str] | None = None) -> list[bytes | None]:
-    """Each object's bytes, or None where reading failed (the actor then reads it and reports why)."""
+    """Each object's bytes, or None where reading failed (the actor then reads it and reports why).
+
+    Up to ``REMOTE_IO_THREADS`` requests in flight, as the dataflow's own reads from a store:
+    one at a time, a chunk of 32 small objects cost 32 round trips end to end."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tfbatch.transform.dataflow import REMOTE_IO_THREADS
+
     apply_env(env)
-    found: list[bytes | None] = []
-    for uri in uris:
+
+    def fetch(uri: str) -> bytes | None:
         try:
-            found.append(read_bytes(uri))
+            return read_bytes(uri)
         except Exception:  # noqa: BLE001 - the actor's own read reports this object's failure
-            found.append(None)
-    return found
+            return None
+
+    if len(uris) <= 1:
+        return [fetch(uri) for uri in uris]
+    with ThreadPoolExecutor(min(REMOTE_IO_THREADS, len(uris)), thread_name_prefix="ray-read") as pool:
+        return list(pool.map(fetch, uris))
 
 
 @dataclass
