@@ -7,7 +7,8 @@ The jpeg-bytes shape's inputs and model (built as ``benchmarks.transform.shapes`
 in ``--workdir``) go to a moto server (behind a proxy adding ``--latency-ms`` to every
 request, s3_inputs.py); each round runs ``python -m tfbatch transform`` once per tree
 (``PYTHONPATH`` = the tree's ``src``), the order reversed every other round, outputs local.
-Wall seconds per run, launch to exit.
+Wall seconds per run, launch to exit, and the job process's CPU seconds (the S3 server's and
+the proxy's are not counted).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     at = job.a.index("--input") + 1
     uri = "s3://tfbatch-bench/ab/"
     walls: dict[str, list[float]] = {name: [] for name in trees}
+    cpus: dict[str, list[float]] = {name: [] for name in trees}  # the job process's CPU seconds
     with Storage(args.latency_ms):
         upload(job.input, uri)
         for n in range(args.rounds):
@@ -46,16 +49,18 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(args.workdir) / "ab-out" / f"{name}-{n}"
                 cmd = job.a[:at] + [uri] + job.a[at + 1:] + ["--output", str(out), "--progress", "off"]
                 env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(Path(trees[name]).resolve()))
-                started = time.monotonic()
+                started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 walls[name].append(round(time.monotonic() - started, 2))
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[name].append(round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2))
                 if proc.returncode != 0:
                     raise SystemExit(f"{name} failed: {proc.stderr[-2000:]}")
-                print(name, n, walls[name][-1], flush=True)
+                print(name, n, walls[name][-1], cpus[name][-1], flush=True)
                 shutil.rmtree(out, ignore_errors=True)
     result = {"command": "python -m benchmarks.transform.s3.ab_trees " + " ".join(argv or sys.argv[1:]),
               "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "latency_ms": args.latency_ms, "objects": job.objects,
-              "trees": trees, "wall_s": walls}
+              "trees": trees, "wall_s": walls, "cpu_s": cpus}
     print(json.dumps(result))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

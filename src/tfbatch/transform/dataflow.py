@@ -43,7 +43,7 @@ from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
 from tfbatch.records import Payload
 from tfbatch.storage import ObjectRef
-from tfbatch.storage.io import read_small
+from tfbatch.storage.io import read_small, read_small_many
 from tfbatch.storage.uri import is_local
 from tfbatch.transform.pipeline import Answer
 from tfbatch.transform.report import ObjectResult, RecordFailure
@@ -101,9 +101,9 @@ class Dataflow:
         self.pipeline = pipeline  # assembles, writes and records each object (transform/pipeline.py)
         self.batch_size = max(1, batch_size)
         self.threads = max(1, threads)
-        # Reads: LOCAL_IO_THREADS runs of a chunk for local files, one object per thread up to
-        # REMOTE_IO_THREADS for the rest (``io_threads`` sets both); each kind has its own
-        # pool, whose threads start only when a chunk of that kind is read.
+        # Reads: LOCAL_IO_THREADS runs of a chunk for local files; for objects in a store, one
+        # task per chunk with up to REMOTE_IO_THREADS requests in flight (``io_threads`` sets
+        # both). Each kind has its own pool, whose threads start only when it is used.
         self.io_threads = max(1, io_threads or LOCAL_IO_THREADS)
         self.remote_io_threads = max(1, io_threads or REMOTE_IO_THREADS)
         self.max_object_bytes = max_object_bytes or MAX_OBJECT_BYTES
@@ -298,11 +298,18 @@ class Dataflow:
         # Objects in a store (S3) get more threads, each waiting on its request's round trip.
         # Started when the chunk is submitted, so a chunk waiting for a dataflow thread is read
         # while the others run the model.
-        if is_local(objs[0].ref.uri):
-            pool, runs = reader, min(self.io_threads, len(objs))
-        else:
-            pool, runs = fetcher, min(self.remote_io_threads, len(objs))
-        return [pool.submit(self._read_all, objs[k::runs]) for k in range(runs)]
+        if not is_local(objs[0].ref.uri):
+            return [fetcher.submit(self._fetch_all, objs)]
+        runs = min(self.io_threads, len(objs))
+        return [reader.submit(self._read_all, objs[k::runs]) for k in range(runs)]
+
+    def _fetch_all(self, objs: list[_Object]) -> None:
+        """A chunk of objects in a store: their GETs in flight together, ``remote_io_threads``
+        at most (``storage.io.read_small_many``); what fails is streamed, as in ``_read``."""
+        wanted = [obj for obj in objs if obj.ref.size is None or obj.ref.size <= self.max_object_bytes]
+        got = read_small_many([(obj.ref.uri, obj.ref.size) for obj in wanted], self.remote_io_threads)
+        for obj, data in zip(wanted, got):
+            obj.data = data if isinstance(data, bytes) and len(data) <= self.max_object_bytes else None
 
     def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
                writer: ThreadPoolExecutor) -> list[Future]:
@@ -370,7 +377,7 @@ class Dataflow:
                 ThreadPoolExecutor(self.writers, thread_name_prefix="dataflow-write") as writer, \
                 ThreadPoolExecutor(self.threads, thread_name_prefix="dataflow") as flows, \
                 ThreadPoolExecutor(self.io_threads, thread_name_prefix="dataflow-read") as reader, \
-                ThreadPoolExecutor(self.remote_io_threads, thread_name_prefix="dataflow-fetch") as fetcher:
+                ThreadPoolExecutor(self.threads + 2, thread_name_prefix="dataflow-fetch") as fetcher:
             self._hop_pool = hops
             for chunk, hop in self._chunks(refs):
                 # Room first, then the chunk's reads: at most threads + 2 chunks hold data at once

@@ -352,3 +352,38 @@ def test_small_local_writes_killed_leave_only_complete_outputs(tmp_path):
     assert len(names) >= 51
     assert all(n.endswith(".out") for n in names), names
     assert all(p.stat().st_size == 200_000 for p in tmp_path.iterdir())
+
+
+def test_read_small_many_keeps_order_and_reports_each_failure_alone(s3_server, s3_bucket, tmp_path):
+    from tfbatch.storage.io import read_small_many
+    from tfbatch.storage.uri import clear_cache
+    from tfbatch.testing.fault_proxy import FaultProxy
+
+    s3 = s3_server.client()
+    items = []
+    for i in range(24):
+        body = b"x" * i  # an empty object too
+        s3.put_object(Bucket=s3_bucket, Key=f"many/{i:02d}", Body=body)
+        items.append((f"s3://{s3_bucket}/many/{i:02d}", len(body)))
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"on disk")
+    items.insert(3, (f"s3://{s3_bucket}/many/missing", 5))
+    items.insert(9, (str(local), 7))
+    items.append((f"s3://{s3_bucket}/many/05", None))  # size not listed: read alone
+    saved = os.environ["AWS_ENDPOINT_URL"]
+    # Resets and throttling on the wire: a GET that fails in the shared round is read again
+    # alone, with its retries, so every object still arrives.
+    with FaultProxy(s3_server.endpoint_url, reset=0.15, slow_down=0.15, seed=3, only=frozenset({"GET"})) as proxy:
+        os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint_url
+        clear_cache()
+        try:
+            got = read_small_many(items, in_flight=8)
+        finally:
+            os.environ["AWS_ENDPOINT_URL"] = saved
+            clear_cache()
+    assert proxy.faults["reset"] + proxy.faults["slow_down"] >= 2
+    assert isinstance(got[3], ObjectNotFound) and "missing" in str(got[3])
+    assert got[9] == b"on disk"
+    rest = [g for k, g in enumerate(got) if k not in (3, 9)]
+    assert rest == [b"x" * i for i in range(24)] + [b"x" * 5]
+    assert proxy.max_in_flight["GET"] <= 8
