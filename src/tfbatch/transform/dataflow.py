@@ -295,7 +295,8 @@ class Dataflow:
                      ) -> list[Future]:
         # One task per I/O thread, each reading a run of the chunk's objects: a task per object
         # cost a Future, a queue hand-off and a wake-up each, more CPU than reading a small file.
-        # Objects in a store (S3) get more threads, each waiting on its request's round trip.
+        # Objects in a store (S3): one task per chunk, whose GETs are in flight together
+        # (``_fetch_all``), since each is a round trip, not CPU.
         # Started when the chunk is submitted, so a chunk waiting for a dataflow thread is read
         # while the others run the model.
         if not is_local(objs[0].ref.uri):
