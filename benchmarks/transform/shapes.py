@@ -399,13 +399,13 @@ def _f(value: Any, digits: int = 1) -> str:
 
 
 def markdown(results: dict) -> str:
-    lines = [f"# Job shapes: tfbatch (a) vs expert tf.data (b) vs HTTP per payload (c)", "",
+    lines = ["# Job shapes: tfbatch (a) vs expert tf.data (b) vs HTTP per payload (c)", "",
              f"`{results['command']}`", "",
              f"{results['started']}, {results['machine'].get('cpus')} CPUs ({results['machine'].get('cpu_model')}), "
              f"commit {results['machine'].get('git_commit')}, scale {results['scale']}, "
              f"load average before {results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. "
              + results["note"], "",
-             *([f"Inputs on S3: a moto server process on loopback"
+             *(["Inputs on S3: a moto server process on loopback"
                 + (f" behind a proxy adding {results['storage']['latency_ms']:g} ms to every request"
                    if results["storage"].get("latency_ms") else "")
                 + " (benchmarks/transform/s3_inputs.py); outputs local.", ""]
