@@ -204,9 +204,10 @@ def read_small_many(items: list[tuple[str, int | None]], in_flight: int = MANY_I
     block are fetched in one round of concurrent GETs on fsspec's event loop, ``in_flight``
     at a time: one hand-off between this thread and the loop for the whole list instead of a
     thread and a hand-off per object (a 5,000-JPEG job on the moto server: 9-16 % less CPU for
-    the whole process, benchmarks/transform/s3/README.md). Any object whose GET fails there is
-    read again alone by ``read_small``, with its retries, so it fails or succeeds exactly as a
-    single read does. Everything else (local files, other stores, large or unlisted objects)
+    the whole process, benchmarks/transform/s3/README.md). A missing object is reported as
+    ``read_small`` reports it; any other object whose GET fails there is read again alone by
+    ``read_small``, with its retries, so it fails or succeeds as a single read does (a
+    transient failure may cost one request more than a single read's bound). Everything else (local files, other stores, large or unlisted objects)
     is read by ``read_small`` one after another.
     """
     out: list[bytes | Exception | None] = [None] * len(items)
@@ -239,6 +240,8 @@ def read_small_many(items: list[tuple[str, int | None]], in_flight: int = MANY_I
         for (i, _), data in zip(batch, fetched):
             if isinstance(data, bytes):
                 out[i] = data
+            elif isinstance(data, FileNotFoundError):  # gone since the listing: no second GET
+                out[i] = _not_found(items[i][0], data)
     for i, (uri, size) in enumerate(items):
         if out[i] is None:
             try:
