@@ -106,11 +106,11 @@ def apply_env(env: dict[str, str] | None) -> None:
 def read_objects(uris: list[str], env: dict[str, str] | None = None) -> list[bytes | None]:
     """Each object's bytes, or None where reading failed (the actor then reads it and reports why).
 
-    Up to ``REMOTE_IO_THREADS`` requests in flight, as the dataflow's own reads from a store:
-    one at a time, a chunk of 32 small objects cost 32 round trips end to end."""
+    Up to ``STORE_REQUESTS_IN_FLIGHT`` requests in flight, as the dataflow's own reads from a
+    store: one at a time, a chunk of 32 small objects cost 32 round trips end to end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from tfbatch.transform.dataflow import REMOTE_IO_THREADS
+    from tfbatch.storage.io import STORE_REQUESTS_IN_FLIGHT
 
     apply_env(env)
 
@@ -122,7 +122,7 @@ def read_objects(uris: list[str], env: dict[str, str] | None = None) -> list[byt
 
     if len(uris) <= 1:
         return [fetch(uri) for uri in uris]
-    with ThreadPoolExecutor(min(REMOTE_IO_THREADS, len(uris)), thread_name_prefix="ray-read") as pool:
+    with ThreadPoolExecutor(min(STORE_REQUESTS_IN_FLIGHT, len(uris)), thread_name_prefix="ray-read") as pool:
         return list(pool.map(fetch, uris))
 
 

@@ -61,7 +61,7 @@ def s3_options(env: os._Environ | dict[str, str] | None = None) -> dict[str, Any
         "use_listings_cache": False,
         # Connections per host (aiohttp's limit; botocore's default is 10): the transform's
         # reads and writes to a store each keep up to 32 requests in flight
-        # (transform/dataflow.py, REMOTE_IO_THREADS), and a request waiting for a connection
+        # (storage/io.py, STORE_REQUESTS_IN_FLIGHT), and a request waiting for a connection
         # would only queue behind the others' round trips.
         "config_kwargs": {"retries": {"total_max_attempts": 1}, "max_pool_connections": MAX_POOL_CONNECTIONS},
     }

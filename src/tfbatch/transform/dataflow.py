@@ -43,7 +43,7 @@ from tfbatch.errors import TfbatchError
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
 from tfbatch.records import Payload
 from tfbatch.storage import ObjectRef
-from tfbatch.storage.io import read_small, read_small_many
+from tfbatch.storage.io import STORE_REQUESTS_IN_FLIGHT, read_small, read_small_many
 from tfbatch.storage.uri import is_local
 from tfbatch.transform.pipeline import Answer
 from tfbatch.transform.report import ObjectResult, RecordFailure
@@ -58,13 +58,7 @@ HOP_BYTES = 8 * 1024 * 1024  # request bytes per predict hop (or batch_size requ
 STREAM_AHEAD_BYTES = 4 * HOP_BYTES  # request bytes a streamed object keeps in flight (and at least one hop)
 LOCAL_WRITERS = 1  # threads that assemble and write local outputs (see Dataflow.__init__)
 LOCAL_IO_THREADS = 8  # threads reading a chunk's local files (each a run of them)
-# Requests in flight to an object store, reads and writes each: a GET or PUT is a round trip
-# (tens of ms on S3 for a small object) that costs the client ~2 ms of CPU, so it is latency,
-# not CPU, that bounds one thread's rate. With 8 reads in flight and 20 ms added to each
-# request, a JPEG job ran at 113 objects/s, half the expert's tf.data script with 32 boto3
-# threads (benchmarks/transform/s3/README.md). storage/s3options.py sizes the connection
-# pool to match.
-REMOTE_IO_THREADS = 32
+REMOTE_IO_THREADS = STORE_REQUESTS_IN_FLIGHT  # requests in flight to a store, reads and writes each
 
 
 def _answered(part: list[tuple[Payload, TfbatchError | None]],

@@ -22,10 +22,10 @@ def test_botocore_makes_one_attempt_per_call():
 
 
 def test_the_connection_pool_holds_the_requests_a_transform_keeps_in_flight():
-    from tfbatch.transform.dataflow import REMOTE_IO_THREADS
+    from tfbatch.storage.io import STORE_REQUESTS_IN_FLIGHT
 
     options = s3options.s3_options({})
-    assert options["config_kwargs"]["max_pool_connections"] >= 2 * REMOTE_IO_THREADS  # reads and writes
+    assert options["config_kwargs"]["max_pool_connections"] >= 2 * STORE_REQUESTS_IN_FLIGHT  # reads and writes
     fs = s3options.new_s3_filesystem()
     assert fs.config_kwargs["max_pool_connections"] == s3options.MAX_POOL_CONNECTIONS
 
