@@ -42,7 +42,8 @@ import fsspec
 import ray
 
 from tfbatch.engines.ray import FORWARD_PREFIXES
-from tfbatch.storage import ObjectRef, read_bytes
+from tfbatch.storage import ObjectRef
+from tfbatch.storage.io import read_small_many
 from tfbatch.transform.report import InstanceSummary, ObjectResult, RecordFailure
 from tfbatch.transform.spec import TransformSpec
 
@@ -103,27 +104,15 @@ def apply_env(env: dict[str, str] | None) -> None:
 
 
 @ray.remote
-def read_objects(uris: list[str], env: dict[str, str] | None = None) -> list[bytes | None]:
-    """Each object's bytes, or None where reading failed (the actor then reads it and reports why).
+def read_objects(items: list[tuple[str, int | None]], env: dict[str, str] | None = None) -> list[bytes | None]:
+    """Each ``(uri, listed size)``'s bytes, or None where reading failed (the actor then reads
+    it and reports why).
 
-    Up to ``STORE_REQUESTS_IN_FLIGHT`` requests in flight, as the dataflow's own reads from a
-    store: one at a time, a chunk of 32 small objects cost 32 round trips end to end."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tfbatch.storage.io import STORE_REQUESTS_IN_FLIGHT
-
+    Read as the dataflow reads a chunk from a store (``storage.io.read_small_many``): the GETs in
+    flight together, one per object, with no HEAD for the listed size. One at a time, a chunk
+    of 32 small objects cost 32 round trips end to end."""
     apply_env(env)
-
-    def fetch(uri: str) -> bytes | None:
-        try:
-            return read_bytes(uri)
-        except Exception:  # noqa: BLE001 - the actor's own read reports this object's failure
-            return None
-
-    if len(uris) <= 1:
-        return [fetch(uri) for uri in uris]
-    with ThreadPoolExecutor(min(STORE_REQUESTS_IN_FLIGHT, len(uris)), thread_name_prefix="ray-read") as pool:
-        return list(pool.map(fetch, uris))
+    return [data if isinstance(data, bytes) else None for data in read_small_many(items)]
 
 
 @dataclass

@@ -256,7 +256,8 @@ class RayJob:
         if self.options.remote_read:
             from tfbatch.engines.ray_actor import read_objects
 
-            data = read_objects.options(num_cpus=self.options.reader_cpus).remote([ref.uri for ref in refs], self.env)
+            data = read_objects.options(num_cpus=self.options.reader_cpus).remote(
+                [(ref.uri, ref.size) for ref in refs], self.env)
         items = [(ref.uri, ref.key, ref.size) for ref in refs]
         for ref in refs:
             st.outstanding[ref.key] = ref
