@@ -6,7 +6,12 @@ optionally behind a proxy that delays every request by ``--s3-latency-ms`` (S3's
 first-byte latency for small objects is some tens of milliseconds; moto on loopback has
 none), uploads each job's input folder under ``s3://BUCKET/<shape>/``, and points all three
 contenders at that prefix through the usual ``AWS_*`` variables. Outputs stay local, so they
-are read back and compared exactly as in a local run.
+are read back and compared exactly as in a local run, unless ``--s3-outputs`` is given: then
+each run writes under its own ``s3://BUCKET/outputs/<run>/`` (a batch transform job's
+S3OutputPath), and once its processes have exited the ``.out`` objects are downloaded to the
+run's local folder, each file's time set to its object's LastModified, so that the same code
+reads and times them (``download``). Writing to S3: (b) and (c) PUT each output from
+``READERS`` threads (``Uploads``), tfbatch (a) with its own writers.
 
 What each contender does with an ``s3://`` input:
 
@@ -18,8 +23,14 @@ What each contender does with an ``s3://`` input:
 * (c) the agent: each of its ``concurrency`` threads GETs an object and POSTs it, as the
   SageMaker agent fetches inputs beside its requests.
 
-Only shapes with one object per payload (SplitType None) run on S3 here: the framed and
-table shapes' (b) and (c) read whole local files by path.
+Shapes whose objects are split into records (TFRecord, RecordIO, CSV, JSON Lines) read their
+objects whole before splitting them:
+
+* (b) the expert downloads ``FILE_READERS`` objects at a time, at most ``FILE_WINDOW`` ahead of
+  the pipeline, each to a local scratch file whose path feeds the same ``interleave`` of
+  ``TFRecordDataset`` / ``TextLineDataset`` branches as its local job (``fetched_files``);
+* (c) the agent GETs them in the same way, in order, and splits each object's bytes into
+  payloads as it does a local file's.
 """
 
 from __future__ import annotations
@@ -33,6 +44,8 @@ from pathlib import Path
 BUCKET = "tfbatch-bench"
 READERS = 32  # the expert's GET threads: S3 latency, not CPU, bounds one thread's rate
 WINDOW = 256  # objects fetched ahead of the model at most (memory stays bounded)
+FILE_READERS = 4  # objects of many records (shards, tables): a few GETs at once, each some MB
+FILE_WINDOW = 8  # such objects held ahead of the pipeline at most
 
 
 def client(pool: int = READERS):
@@ -77,6 +90,63 @@ def read_in_order(uri: str, keys: list[str] | None = None, threads: int = READER
         while ahead:
             name, future = ahead.popleft()
             yield name, future.result()
+
+
+def fetched_files(uri: str, keys: list[str], scratch: str, threads: int = FILE_READERS,
+                  window: int = FILE_WINDOW) -> Iterator[str]:
+    """The local path of each object under ``uri``, in key order, once it is downloaded to the
+    ``scratch`` folder (each under its own key's name, so outputs are named as in a local job)."""
+    folder = Path(scratch)
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, data in read_in_order(uri, keys, threads, window):
+        path = folder / Path(key).name
+        path.write_bytes(data)
+        yield str(path)
+
+
+class Uploads:
+    """PUTs of output objects under an ``s3://`` prefix, ``threads`` in flight: an expert's or
+    the agent's writer hands each finished output here instead of writing a file."""
+
+    def __init__(self, uri: str, threads: int = READERS):
+        self.s3 = client(threads)
+        self.bucket, self.prefix = split_uri(uri.rstrip("/") + "/")
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="s3-put")
+        self.pending: list = []
+
+    def put(self, name: str, data: bytes) -> None:
+        self.pending.append(self.pool.submit(self.s3.put_object, Bucket=self.bucket, Key=self.prefix + name,
+                                             Body=data))
+
+    def close(self) -> None:
+        """Waits for every PUT; raises the first that failed."""
+        try:
+            for future in self.pending:
+                future.result()
+        finally:
+            self.pool.shutdown()
+
+
+def download(uri: str, folder: Path, threads: int = 16) -> int:
+    """Every ``.out`` object under ``uri`` (and tfbatch's ``_tfbatch/report.json``) into
+    ``folder`` at its relative key, the file's time set to the object's LastModified; how many."""
+    s3 = client(threads)
+    bucket, prefix = split_uri(uri.rstrip("/") + "/")
+    items = [item for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+             for item in page.get("Contents", [])
+             if item["Key"].endswith(".out") or item["Key"].endswith("/_tfbatch/report.json")]
+
+    def fetch(item: dict) -> None:
+        path = folder / item["Key"][len(prefix):]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+        stamp = item["LastModified"].timestamp()
+        os.utime(path, (stamp, stamp))
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fetch, items))
+    return len(items)
 
 
 def upload(folder: Path, uri: str, threads: int = 16) -> int:

@@ -102,14 +102,31 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     processor = DataProcessor(input_filter, output_filter, join_source, content_type, None)
     script = load_script(archive) if archive else None
     rest_uri = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    uploads = None
+    if output_dir.startswith("s3://"):  # each output PUT by the upload threads as it is assembled
+        from benchmarks.transform.s3_inputs import Uploads
+
+        uploads = Uploads(output_dir)
+    else:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str, data: bytes) -> None:
+        if uploads is not None:
+            uploads.put(name, data)
+        else:
+            target = out / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
     remote = input_dir.startswith("s3://")
-    if remote and (split_type != "None" or processor.active):
-        raise SystemExit("s3:// inputs: SplitType None without DataProcessing only")
+    # s3:// objects of one payload each: every agent thread GETs its object before the request;
+    # objects split into records: GET a few ahead, in order, then split as a local file is.
+    fetch_each = remote and split_type == "None" and not processor.active
     root = Path(input_dir)
-    if remote:  # the keys; each agent thread GETs its object before the request (s3_inputs.py)
-        from benchmarks.transform.s3_inputs import client, list_keys, split_uri
+    if remote:
+        from benchmarks.transform.s3_inputs import (FILE_READERS, FILE_WINDOW, client, list_keys, read_in_order,
+                                                    split_uri)
 
         s3 = client(concurrency)
         bucket, prefix = split_uri(input_dir)
@@ -159,22 +176,32 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         # One object at a time in the submit order, but its payloads and the next objects'
         # overlap: the pool holds at most ``concurrency`` requests in flight.
         pending: list[tuple[Path, list]] = []
-        for path in files:
-            if remote:
-                def fetched(key: str) -> bytes:
-                    return one(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
+        def fetched(key: str) -> bytes:
+            return one(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+        if fetch_each:
+            objects = ((path, b"") for path in files)
+        elif remote:
+            objects = ((Path(key), data) for key, data in read_in_order(input_dir, [str(p) for p in files],
+                                                                        FILE_READERS, FILE_WINDOW))
+        else:
+            objects = ((path, path.read_bytes()) for path in files)
+        for path, data in objects:
+            if fetch_each:
                 futures = [pool.submit(fetched, str(path))]
             elif processor.active:
                 futures = [pool.submit(processed, body, records) for body, records
-                           in filtered_payloads(path.read_bytes(), split_type, strategy, max_bytes, processor)]
+                           in filtered_payloads(data, split_type, strategy, max_bytes, processor)]
             else:
-                futures = [pool.submit(one, b) for b in payloads(path.read_bytes(), split_type, strategy, max_bytes)]
+                futures = [pool.submit(one, b) for b in payloads(data, split_type, strategy, max_bytes)]
             pending.append((path, futures))
             while len(pending) > concurrency:
-                _finish(pending.pop(0), root, out, assemble, failures)
+                _finish(pending.pop(0), root, write, assemble, failures)
         for item in pending:
-            _finish(item, root, out, assemble, failures)
+            _finish(item, root, write, assemble, failures)
+    if uploads is not None:
+        uploads.close()
     return {"objects": len(files) - len(failures), "failed": failures[:5], "seconds": time.monotonic() - started}
 
 
@@ -213,7 +240,7 @@ def _process(processor, records: list[bytes], answer: bytes) -> bytes:
                       for record, row in zip(records, rows))
 
 
-def _finish(item: tuple[Path, list], root: Path, out: Path, assemble: str, failures: list[str]) -> None:
+def _finish(item: tuple[Path, list], root: Path, write, assemble: str, failures: list[str]) -> None:
     path, futures = item
     try:
         answers = [f.result() for f in futures]
@@ -221,9 +248,7 @@ def _finish(item: tuple[Path, list], root: Path, out: Path, assemble: str, failu
         failures.append(f"{path.name}: {exc}")
         return
     sep = b"\n" if assemble == "Line" else b""
-    target = out / (str(path.relative_to(root)) + ".out")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(b"".join(a + sep for a in answers))
+    write(str(path.relative_to(root)) + ".out", b"".join(a + sep for a in answers))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 Each contender starts in fresh processes, under a :class:`~benchmarks.common.measure.TreeMonitor`
 (peak RSS, CPU over time). Throughput comes from the outputs: every object's ``.out`` finish
-time weighted by its rows gives the steady rate (:func:`.shape_outputs.steady_rate`), the same
+time (an S3 output's LastModified, ``--s3-outputs``) weighted by its rows gives the steady rate (:func:`.shape_outputs.steady_rate`), the same
 way for every contender; whole-process rate is rows / wall time from launch to exit.
 """
 
@@ -77,12 +77,14 @@ def run(contender: str, job: Any, output: Path, logs: Path, tag: str, timeout_s:
     output.parent.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{tag}-{contender}.log"
+    # --s3-outputs: the run writes under its own prefix on the S3 server, read back once it ends.
+    dest = str(output) if job.outputs_uri is None else f"{job.outputs_uri}{tag}-{contender}-{time.time_ns()}/"
     error: str | None = None
     cpu = 0.0
     with measure.TreeMonitor() as tree:
         launched = measure.now()
         if contender in "ab":
-            cmd = (job.a if contender == "a" else job.b) + ["--output", str(output)]
+            cmd = (job.a if contender == "a" else job.b) + ["--output", dest]
             proc = _launch(cmd, log)
             tree.watch(proc.pid)
             error, cpu = measure.wait_logged(proc, log, timeout_s)
@@ -95,7 +97,7 @@ def run(contender: str, job: Any, output: Path, logs: Path, tag: str, timeout_s:
             cmd = job.c_server + ["&&"] + job.c_client
             try:
                 port = _wait_port(port_file, server, timeout_s)
-                cmd = job.c_server + ["&&"] + job.c_client + ["--url", f"http://127.0.0.1:{port}", "--output", str(output)]
+                cmd = job.c_server + ["&&"] + job.c_client + ["--url", f"http://127.0.0.1:{port}", "--output", dest]
                 client = _launch(cmd[len(job.c_server) + 1:], log)
                 tree.watch(client.pid)
                 error, cpu = measure.wait_logged(client, log, timeout_s)
@@ -106,6 +108,10 @@ def run(contender: str, job: Any, output: Path, logs: Path, tag: str, timeout_s:
                 _, server_cpu = measure.wait_logged(server, server_log, 30)
                 cpu += server_cpu
         ended = measure.now()
+    if job.outputs_uri is not None:
+        from benchmarks.transform.s3_inputs import download
+
+        download(dest, output)
     return _finish(contender, job, output, cmd, error, cpu, launched, ended, tree)
 
 

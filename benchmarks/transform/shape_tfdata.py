@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import struct
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -122,11 +124,15 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     started = time.monotonic()
     join = join or framing.endswith("-id")  # an id is only kept to be written back
     _, predict, key, spec = _signature(model_dir, float_model or kind in ("table", "json"))
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    uploads = None
+    if output_dir.startswith("s3://"):  # each output PUT from the upload threads (s3_inputs.py)
+        from benchmarks.transform.s3_inputs import Uploads
+
+        uploads = Uploads(output_dir)
+    else:
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
     remote = input_dir.startswith("s3://")
-    if remote and kind not in ("files", "json"):
-        raise SystemExit(f"--kind {kind}: s3:// inputs are read for files and json only")
     if remote:
         from benchmarks.transform.s3_inputs import list_keys
 
@@ -135,9 +141,14 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
         files = sorted(str(p) for p in Path(input_dir).iterdir() if p.is_file())
     auto = tf.data.AUTOTUNE
     count = 0
+    scratch = None  # s3:// shards and tables: where their objects are downloaded
 
-    def target(name: bytes) -> Path:
-        return out / (Path(name.decode()).name + ".out")
+    def emit(name: bytes, data: bytes) -> None:
+        """One object's output, named after its input."""
+        if uploads is not None:
+            uploads.put(Path(name.decode()).name + ".out", data)
+        else:
+            (out / (Path(name.decode()).name + ".out")).write_bytes(data)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
         pending = []
@@ -158,7 +169,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
 
             def write_files(names, rows):
                 for name, row in zip(names, rows):
-                    target(name).write_bytes(_dumps({"predictions": [row]}))
+                    emit(name, _dumps({"predictions": [row]}))
 
             for names, batch in images:
                 rows = _rows(predict(**{key: batch}), float_model or kind == "json")
@@ -199,7 +210,15 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                     return records(path).map(lambda lines, x: (path, lines, x, False)).concatenate(end)
                 return records(path).map(lambda x: (path, no_lines, x, False)).concatenate(end)
 
-            batches = (tf.data.Dataset.from_tensor_slices(files)
+            if remote:  # each object downloaded to a scratch file, a few ahead (s3_inputs.py)
+                from benchmarks.transform.s3_inputs import fetched_files
+
+                scratch = tempfile.mkdtemp(prefix="shape-tfdata-s3-")
+                paths = tf.data.Dataset.from_generator(lambda: fetched_files(input_dir, files, scratch),
+                                                       output_signature=tf.TensorSpec((), tf.string))
+            else:
+                paths = tf.data.Dataset.from_tensor_slices(files)
+            batches = (paths
                        .interleave(branch, cycle_length=CYCLE, num_parallel_calls=auto, deterministic=True)
                        .prefetch(auto))
             per_file: dict[bytes, list[bytes]] = {}
@@ -213,7 +232,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                 else:
                     lines += [_dumps({"predictions": [row]}) for row in rows]
                 if last:
-                    target(name).write_bytes(b"".join(line + b"\n" for line in per_file.pop(name)))
+                    emit(name, b"".join(line + b"\n" for line in per_file.pop(name)))
 
             for path, inputs, batch, last in batches:
                 rows = [] if bool(last) else _rows(predict(**{key: batch}), kind == "table")
@@ -222,6 +241,10 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                 count += len(rows)
         for future in pending:
             future.result()
+    if uploads is not None:
+        uploads.close()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     return {"records": count, "seconds": time.monotonic() - started}
 
 

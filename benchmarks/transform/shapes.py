@@ -52,6 +52,8 @@ class Job:
     c_server: list[str]
     c_client: list[str]
     split: str = "None"  # how to count an object's records (shape_http.split_records)
+    uri: str | None = None  # --storage s3: where the inputs were uploaded (every --input points there)
+    outputs_uri: str | None = None  # --s3-outputs: each run writes under its own prefix below this
 
     def half(self) -> "Job":
         """The same job on the first half of the objects (hard links in a sibling folder).
@@ -66,9 +68,22 @@ class Job:
             for f in files:
                 os.link(f, folder / f.name)
         records = sum(1 for f in files for _ in split_records(f.read_bytes(), self.split))
-        swap = lambda cmd: [str(folder) if part == str(self.input) else part for part in cmd]  # noqa: E731
+        moves = {str(self.input): str(folder)}
+        uri = None
+        if self.uri is not None:  # the half's objects under their own prefix, uploaded once
+            uri = self.uri.rstrip("/") + "-half/"
+            moves[self.uri] = uri
+            if uri not in _UPLOADED:
+                from benchmarks.transform.s3_inputs import upload
+
+                upload(folder, uri)
+                _UPLOADED.add(uri)
+        swap = lambda cmd: [moves.get(part, part) for part in cmd]  # noqa: E731
         return Job(folder, records, len(files), swap(self.a), swap(self.b), swap(self.c_server),
-                   swap(self.c_client), self.split)
+                   swap(self.c_client), self.split, uri, self.outputs_uri)
+
+
+_UPLOADED: set[str] = set()  # --storage s3: half jobs' prefixes already on the server
 
 
 @dataclass(frozen=True)
@@ -408,7 +423,9 @@ def markdown(results: dict) -> str:
              *(["Inputs on S3: a moto server process on loopback"
                 + (f" behind a proxy adding {results['storage']['latency_ms']:g} ms to every request"
                    if results["storage"].get("latency_ms") else "")
-                + " (benchmarks/transform/s3_inputs.py); outputs local.", ""]
+                + " (benchmarks/transform/s3_inputs.py); outputs "
+                + ("on the same server, each run under its own prefix." if results["storage"].get("outputs")
+                   else "local."), ""]
                if isinstance(results.get("storage"), dict) else []),
              "Records/s steady / whole process; in brackets CPU ms per record, steady; whole process. "
              "Ratios are the median over rounds of a/b and a/c in the same round. "
@@ -484,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", choices=["local", "s3"], default="local",
                         help="s3: every contender reads its inputs from a moto S3 server on loopback "
                              "(benchmarks/transform/s3_inputs.py); outputs stay local")
+    parser.add_argument("--s3-outputs", action="store_true",
+                        help="--storage s3: outputs go to the S3 server too (each run its own prefix), read "
+                             "back after the run")
     parser.add_argument("--s3-latency-ms", type=float, default=0.0,
                         help="--storage s3: a proxy in front of the server delays every request this long")
     parser.add_argument("--note", default="")
@@ -499,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown shapes {unknown}" if unknown else "--repeat >= 1, 0 < --scale <= 10, --contenders from abc")
     with contextlib.ExitStack() as stack:
         storage = None
+        if args.s3_outputs and args.storage != "s3":
+            parser.error("--s3-outputs needs --storage s3")
         if args.storage == "s3":
             from benchmarks.transform.s3_inputs import Storage
 
@@ -506,13 +528,11 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args, chosen, argv, storage)
 
 
-def on_s3(job: Job, shape: str) -> Job:
+def on_s3(job: Job, shape: str, outputs: bool = False) -> Job:
     """The same job with its inputs uploaded to the benchmark's S3 server, every contender's
     ``--input`` pointed there (s3_inputs.py)."""
     from benchmarks.transform.s3_inputs import BUCKET, upload
 
-    if job.split != "None" or "--input-filter" in job.a:
-        raise SystemExit(f"--storage s3: {shape} is not a one-object-per-payload shape without filters")
     uri = f"s3://{BUCKET}/{shape}/"
     upload(job.input, uri)
 
@@ -521,7 +541,7 @@ def on_s3(job: Job, shape: str) -> Job:
         return cmd[:at] + [uri] + cmd[at + 1:]
 
     return Job(job.input, job.records, job.objects, moved(job.a), moved(job.b), job.c_server, moved(job.c_client),
-               job.split)
+               job.split, uri, f"s3://{BUCKET}/outputs/" if outputs else None)
 
 
 def _run(args: argparse.Namespace, chosen: list[str], argv: list[str] | None, storage: Any) -> int:
@@ -532,14 +552,15 @@ def _run(args: argparse.Namespace, chosen: list[str], argv: list[str] | None, st
         "command": "python -m benchmarks.transform.shapes " + " ".join(argv if argv is not None else sys.argv[1:]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "scale": args.scale, "table_scale": args.table_scale,
         "load_average_before": os.getloadavg(), "note": args.note, "shapes": {},
-        "storage": args.storage if storage is None else {"kind": "s3", "latency_ms": args.s3_latency_ms}}
+        "storage": args.storage if storage is None else {"kind": "s3", "latency_ms": args.s3_latency_ms,
+                                                                "outputs": args.s3_outputs}}
     jobs = {}
     for shape in SHAPES:
         if shape.name in chosen:
             print(f"preparing {shape.name} ...", flush=True)
             jobs[shape.name] = shape.build(workdir, Scale(args.scale, args.table_scale))
             if storage is not None:
-                jobs[shape.name] = on_s3(jobs[shape.name], shape.name)
+                jobs[shape.name] = on_s3(jobs[shape.name], shape.name, args.s3_outputs)
             for path in jobs[shape.name].input.rglob("*"):  # the same warm page cache for everyone
                 if path.is_file():
                     path.read_bytes()

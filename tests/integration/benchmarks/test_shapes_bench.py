@@ -2,10 +2,11 @@
 (the tfbatch CLI, the tf.data script, the TFS-style server and its agent), outputs read back
 and compared row by row, the half-job steady figures of a few-object shape, the table.
 
-CSV lines (10 objects, so a half job too) as they are and with the SageMaker guide's
-DataProcessing (an id column filtered out, joined back, filtered with the prediction: the
-expert's id decoding and the agent's per-record filters); image jobs run through all three
-kinds of contender in test_transform_bench.py (the first harness)."""
+CSV lines (10 objects, so a half job too) from local files; the SageMaker guide's
+DataProcessing job (an id column filtered out, joined back, filtered with the prediction: the
+expert's id decoding and the agent's per-record filters) runs with its inputs and outputs on
+an S3 server in test_shapes_bench_s3.py; image jobs run through all three kinds of contender
+in test_transform_bench.py (the first harness)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.timeout(600)
 def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("shapes")
     out = root / "shapes.json"
-    code = shapes.main(["--shapes", "csv,csv-id", "--scale", "0.004", "--table-scale", "0.02",
+    code = shapes.main(["--shapes", "csv", "--scale", "0.004", "--table-scale", "0.02",
                         "--workdir", str(root / "work"), "--out", str(out), "--timeout", "300"])
     return code, json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
@@ -30,7 +31,7 @@ def results(tmp_path_factory):
 def test_every_contender_agrees_with_the_tfdata_script(results):
     code, data, _ = results
     assert code == 0
-    for name in ("csv", "csv-id"):
+    for name in ("csv",):
         runs = {r["contender"]: r for r in data["shapes"][name]["runs"]}
         assert sorted(runs) == ["a", "b", "c"]
         for c, run in runs.items():
@@ -50,5 +51,5 @@ def test_few_object_shapes_measure_a_half_job_too(results):
 def test_the_table_has_a_row_per_shape_with_both_ratios(results):
     _, _, md = results
     rows = [line for line in md.splitlines() if line.startswith("| csv")]
-    assert len(rows) == 2
+    assert len(rows) == 1
     assert all(line.count("×") == 8 and "yes, yes" in line for line in rows)
