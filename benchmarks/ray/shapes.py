@@ -12,6 +12,10 @@ start-up timeline) on three contenders:
 - ``ray-warm``: ``--engine ray`` with ``TFBATCH_RAY_KEEP_WARM_S``: the job after one that
   left its pooled actors warm (an untimed run of the same job first, per instance count).
 
+With ``--storage s3 [--s3-latency-ms N]`` the inputs are on a moto S3 server process
+(``benchmarks.transform.s3_inputs``; started before the cluster, so the raylets and their
+actors have its ``AWS_*`` variables) and every contender reads them there; outputs stay local.
+
 Order rotates every round. Figures per run: wall time from launch to exit, records/s over
 it, the steady rate from output finish times (shapes with at least 100 objects; the first
 10 % left out), time to first output, and the timeline marks. Every Ray run's outputs are
@@ -21,6 +25,7 @@ compared with the local run's of the same round (same rows within float rounding
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -114,19 +119,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/tfbatch-ray-shapes")
     parser.add_argument("--out", default="benchmarks/ray/shapes.json")
     parser.add_argument("--note", default="")
+    parser.add_argument("--storage", choices=["local", "s3"], default="local",
+                        help="s3: inputs on a moto S3 server on loopback (benchmarks/transform/s3_inputs.py)")
+    parser.add_argument("--s3-latency-ms", type=float, default=0.0,
+                        help="--storage s3: a proxy in front of the server delays every request this long")
     args = parser.parse_args(argv)
     use_this_checkout()
-    from benchmarks.transform.bench import machine
-    from tfbatch.testing.ray_cluster import LocalRayCluster
-
     work = Path(args.workdir)
     chosen = [s.strip() for s in args.shapes.split(",") if s.strip()]
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    with contextlib.ExitStack() as stack:
+        if args.storage == "s3":
+            from benchmarks.transform.s3_inputs import Storage
+
+            stack.enter_context(Storage(args.s3_latency_ms))
+        return _run(args, argv, work, chosen, contenders)
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None, work: Path, chosen: list[str], contenders: list[str]) -> int:
+    from benchmarks.transform.bench import machine
+    from benchmarks.transform.shapes import on_s3
+    from tfbatch.testing.ray_cluster import LocalRayCluster
+
     jobs = {s.name: s.build(work, Scale(args.scale, args.table_scale)) for s in SHAPES if s.name in chosen}
+    if args.storage == "s3":
+        jobs = {name: on_s3(job, name) for name, job in jobs.items()}
     results: dict = {"benchmark": "ray-vs-local-shapes", "command": "python -m benchmarks.ray.shapes "
                      + " ".join(argv if argv is not None else sys.argv[1:]),
                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), "nodes": args.nodes,
-                     "cpus_per_node": args.cpus_per_node, "load_average_before": os.getloadavg(), "note": args.note, "shapes": {}}
+                     "cpus_per_node": args.cpus_per_node, "load_average_before": os.getloadavg(), "note": args.note,
+                     "storage": args.storage if args.storage == "local"
+                     else {"kind": "s3", "latency_ms": args.s3_latency_ms}, "shapes": {}}
     with LocalRayCluster(nodes=args.nodes, num_cpus=args.cpus_per_node) as cluster:
         cluster.wait_for_nodes()
         for name, job in jobs.items():
@@ -197,11 +220,15 @@ def _summary(runs: list[dict], counts: list[int], contenders: list[str]) -> dict
 
 
 def markdown(results: dict) -> str:
-    lines = [f"# Ray engine vs local engine, whole processes, by job shape", "",
+    lines = ["# Ray engine vs local engine, whole processes, by job shape", "",
              f"`{results['command']}`", "",
              f"{results['started']}, {results['machine'].get('cpus')} CPUs, commit {results['machine'].get('git_commit')}, "
              f"{results['nodes']} raylets x {results['cpus_per_node']:g} logical CPUs on this machine, load average before "
              f"{results['load_average_before'][0]:.2f}, after {results['load_average_after'][0]:.2f}. {results['note']}", "",
+             *(["Inputs on a moto S3 server on loopback"
+                + (f" behind a proxy adding {results['storage']['latency_ms']:g} ms to every request"
+                   if results["storage"].get("latency_ms") else "") + "; outputs local.", ""]
+               if isinstance(results.get("storage"), dict) else []),
              "Ratios are Ray's speed over local's in the same round (local wall / Ray wall; steady: Ray rate / local "
              "rate), median over rounds; above 1: Ray faster. `ray`: fresh actors per job (default); `ray-warm`: "
              "pooled actors left by the previous job (TFBATCH_RAY_KEEP_WARM_S). Wall: seconds per round.", "",
