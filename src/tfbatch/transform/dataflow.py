@@ -142,13 +142,19 @@ class Dataflow:
         if chunk:
             yield chunk, want
 
+    def _held(self, obj: _Object) -> bool:
+        """Whether this stage reads the object whole: not listed as larger than it holds."""
+        return obj.ref.size is None or obj.ref.size <= self.max_object_bytes
+
+    def _keep(self, obj: _Object, data: bytes | Exception) -> None:
+        """The object's bytes, unless its read failed or it grew past what this stage holds."""
+        obj.data = data if isinstance(data, bytes) and len(data) <= self.max_object_bytes else None
+
     def _read(self, obj: _Object) -> None:
         """The whole object, or nothing when it is larger than this stage holds (or unreadable)."""
         try:
-            if obj.ref.size is not None and obj.ref.size > self.max_object_bytes:
-                return
-            data = read_small(obj.ref.uri, obj.ref.size)
-            obj.data = data if len(data) <= self.max_object_bytes else None
+            if self._held(obj):
+                self._keep(obj, read_small(obj.ref.uri, obj.ref.size))
         except Exception:  # noqa: BLE001 - streamed instead (_streamed), which reports it
             obj.data = None
 
@@ -301,10 +307,10 @@ class Dataflow:
     def _fetch_all(self, objs: list[_Object]) -> None:
         """A chunk of objects in a store: their GETs in flight together, ``remote_io_threads``
         at most (``storage.io.read_small_many``); what fails is streamed, as in ``_read``."""
-        wanted = [obj for obj in objs if obj.ref.size is None or obj.ref.size <= self.max_object_bytes]
+        wanted = [obj for obj in objs if self._held(obj)]
         got = read_small_many([(obj.ref.uri, obj.ref.size) for obj in wanted], self.remote_io_threads)
         for obj, data in zip(wanted, got):
-            obj.data = data if isinstance(data, bytes) and len(data) <= self.max_object_bytes else None
+            self._keep(obj, data)
 
     def _chunk(self, objs: list[_Object], hop: int, reads: list[Future], finished: Finished,
                writer: ThreadPoolExecutor) -> list[Future]:
