@@ -2,8 +2,9 @@
 
 Each contender starts in fresh processes, under a :class:`~benchmarks.common.measure.TreeMonitor`
 (peak RSS, CPU over time). Throughput comes from the outputs: every object's ``.out`` finish
-time (an S3 output's LastModified, ``--s3-outputs``) weighted by its rows gives the steady rate (:func:`.shape_outputs.steady_rate`), the same
-way for every contender; whole-process rate is rows / wall time from launch to exit.
+time (an S3 output's LastModified with ``--s3-outputs``) weighted by its rows gives the steady
+rate (:func:`.shape_outputs.steady_rate`), the same way for every contender; whole-process
+rate is rows / wall time from launch to exit.
 """
 
 from __future__ import annotations
