@@ -530,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def on_s3(job: Job, shape: str, outputs: bool = False) -> Job:
     """The same job with its inputs uploaded to the benchmark's S3 server, every contender's
-    ``--input`` pointed there (s3_inputs.py)."""
+    ``--input`` pointed there (s3_inputs.py); with ``outputs``, each run's ``--output`` goes under
+    ``s3://BUCKET/outputs/`` too (shape_runner.run picks the run's own prefix and reads it back)."""
     from benchmarks.transform.s3_inputs import BUCKET, upload
 
     uri = f"s3://{BUCKET}/{shape}/"
