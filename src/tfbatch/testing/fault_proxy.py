@@ -12,6 +12,12 @@ It counts requests by S3 operation kind (LIST, GET, PUT, HEAD, DELETE, POST) and
 count requests per object. ``failures=N`` (with an optional ``match(method, path)``) answers
 the first N matching requests 503 SlowDown instead of drawing faults at random: the count is
 taken on the wire, so retries hidden in any client layer show.
+
+``hold=N`` measures how many requests a client keeps in flight without timing it: each
+request of an operation in ``only`` (all when None) that ``hold_match(method, path)`` accepts
+(all when None) waits at the proxy until N such requests of its operation wait at once, then
+they and every later one go on; one waits at most ``hold_s``, so a client that never has N in
+flight is slowed, not stuck, and ``max_in_flight`` shows how many it had.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ def operation(method: str, path: str) -> str:
 class FaultProxy:
     def __init__(self, upstream: str, *, reset: float = 0.0, slow_down: float = 0.0, delay: float = 0.0,
                  delay_s: float = 0.05, seed: int = 0, only: frozenset[str] | None = None,
-                 failures: int = 0, match: Callable[[str, str], bool] | None = None):
+                 failures: int = 0, match: Callable[[str, str], bool] | None = None,
+                 hold: int = 0, hold_s: float = 20.0, hold_match: Callable[[str, str], bool] | None = None):
         self.upstream = urlsplit(upstream)
         self.rates = {"reset": reset, "slow_down": slow_down, "delay": delay}
         self.delay_s = delay_s
@@ -58,6 +65,12 @@ class FaultProxy:
         self.in_flight: Counter[str] = Counter()
         self.max_in_flight: Counter[str] = Counter()
         self.lock = threading.Lock()
+        self.hold = hold
+        self.hold_s = hold_s
+        self.hold_match = hold_match
+        self.holding: Counter[str] = Counter()  # requests waiting at the proxy now, by operation
+        self.released: set[str] = set()  # operations whose requests reached ``hold`` at once
+        self.held = threading.Condition(self.lock)
         self.server: ThreadingHTTPServer | None = None
 
     @property
@@ -100,6 +113,23 @@ class FaultProxy:
                 roll -= rate
         return None
 
+    def _wait_for_company(self, method: str, path: str) -> None:
+        """``hold``: wait until ``hold`` requests of this operation wait here at once (or
+        ``hold_s`` passes); from then on that operation's requests go on at once."""
+        op = operation(method, path)
+        if (not self.hold or (self.only is not None and op not in self.only)
+                or (self.hold_match is not None and not self.hold_match(method, path))):
+            return
+        with self.held:
+            self.holding[op] += 1
+            try:
+                if self.holding[op] >= self.hold:
+                    self.released.add(op)
+                    self.held.notify_all()
+                self.held.wait_for(lambda: op in self.released, timeout=self.hold_s)
+            finally:
+                self.holding[op] -= 1
+
     def start(self) -> "FaultProxy":
         proxy = self
 
@@ -136,6 +166,7 @@ class FaultProxy:
 
             def _forward(self) -> None:
                 body = self._body()
+                proxy._wait_for_company(self.command, self.path)
                 fault = proxy._decide(self.command, self.path)
                 if fault == "reset":
                     # SO_LINGER 0 turns close() into a TCP RST: "connection reset by peer".

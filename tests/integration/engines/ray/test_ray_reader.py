@@ -18,8 +18,8 @@ def test_reader_task_overlaps_its_gets_and_keeps_the_chunks_order(s3_server, s3_
         items.append((f"s3://{s3_bucket}/r/o{i:02d}", len(b"%d" % i)))
     items.insert(7, (f"s3://{s3_bucket}/r/missing", 3))
     saved = os.environ["AWS_ENDPOINT_URL"]
-    # Each GET held 0.3 s on the wire: one at a time, the chunk would be 41 round trips.
-    with FaultProxy(s3_server.endpoint_url, delay=1.0, delay_s=0.3, only=frozenset({"GET"})) as slow:
+    # Each GET waits at the proxy until 16 do (or 20 s pass): one at a time, they never would.
+    with FaultProxy(s3_server.endpoint_url, hold=16, only=frozenset({"GET"})) as slow:
         os.environ["AWS_ENDPOINT_URL"] = slow.endpoint_url
         clear_cache()
         try:
