@@ -11,7 +11,7 @@ each run writes under its own ``s3://BUCKET/outputs/<run>/`` (a batch transform 
 S3OutputPath), and once its processes have exited the ``.out`` objects are downloaded to the
 run's local folder, each file's time set to its object's LastModified, so that the same code
 reads and times them (``download``). Writing to S3: (b) and (c) PUT each output from
-``READERS`` threads (``Uploads``), tfbatch (a) with its own writers.
+``READERS`` threads (``Outputs``), tfbatch (a) with its own writers.
 
 What each contender does with an ``s3://`` input:
 
@@ -104,22 +104,37 @@ def fetched_files(uri: str, keys: list[str], scratch: str, threads: int = FILE_R
         yield str(path)
 
 
-class Uploads:
-    """PUTs of output objects under an ``s3://`` prefix, ``threads`` in flight: an expert's or
-    the agent's writer hands each finished output here instead of writing a file."""
+class Outputs:
+    """Where a contender (the expert's script, the agent) writes each object's output: files
+    under a local folder, or, for an ``s3://`` prefix, PUTs from ``threads`` threads, as its
+    writer would send them to S3 instead of writing a file."""
 
-    def __init__(self, uri: str, threads: int = READERS):
-        self.s3 = client(threads)
-        self.bucket, self.prefix = split_uri(uri.rstrip("/") + "/")
-        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="s3-put")
+    def __init__(self, where: str, threads: int = READERS):
         self.pending: list = []
+        self.pool = None
+        if where.startswith("s3://"):
+            self.s3 = client(threads)
+            self.bucket, self.prefix = split_uri(where.rstrip("/") + "/")
+            self.pool = ThreadPoolExecutor(threads, thread_name_prefix="s3-put")
+        else:
+            self.folder = Path(where)
+            self.folder.mkdir(parents=True, exist_ok=True)
 
-    def put(self, name: str, data: bytes) -> None:
-        self.pending.append(self.pool.submit(self.s3.put_object, Bucket=self.bucket, Key=self.prefix + name,
-                                             Body=data))
+    def write(self, name: str, data: bytes) -> None:
+        """``name`` is relative to the folder or prefix."""
+        if self.pool is not None:
+            self.pending.append(self.pool.submit(self.s3.put_object, Bucket=self.bucket, Key=self.prefix + name,
+                                                 Body=data))
+            return
+        target = self.folder / name
+        if "/" in name:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
 
     def close(self) -> None:
         """Waits for every PUT; raises the first that failed."""
+        if self.pool is None:
+            return
         try:
             for future in self.pending:
                 future.result()

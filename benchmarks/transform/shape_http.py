@@ -95,6 +95,7 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     import requests
 
     from benchmarks.transform.http_baseline import load_script
+    from benchmarks.transform.s3_inputs import Outputs
     from tfbatch.handlers.context import Context
     from tfbatch.handlers.defaults import json_request
     from tfbatch.records.join import DataProcessor
@@ -102,23 +103,7 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     processor = DataProcessor(input_filter, output_filter, join_source, content_type, None)
     script = load_script(archive) if archive else None
     rest_uri = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
-    uploads = None
-    if output_dir.startswith("s3://"):  # each output PUT by the upload threads as it is assembled
-        from benchmarks.transform.s3_inputs import Uploads
-
-        uploads = Uploads(output_dir)
-    else:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-
-    def write(name: str, data: bytes) -> None:
-        if uploads is not None:
-            uploads.put(name, data)
-        else:
-            target = out / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
+    outputs = Outputs(output_dir)  # files, or for s3:// each output PUT by upload threads as it is assembled
     remote = input_dir.startswith("s3://")
     # s3:// objects of one payload each: every agent thread GETs its object before the request;
     # objects split into records: GET a few ahead, in order, then split as a local file is.
@@ -197,11 +182,10 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
                 futures = [pool.submit(one, b) for b in payloads(data, split_type, strategy, max_bytes)]
             pending.append((path, futures))
             while len(pending) > concurrency:
-                _finish(pending.pop(0), root, write, assemble, failures)
+                _finish(pending.pop(0), root, outputs.write, assemble, failures)
         for item in pending:
-            _finish(item, root, write, assemble, failures)
-    if uploads is not None:
-        uploads.close()
+            _finish(item, root, outputs.write, assemble, failures)
+    outputs.close()
     return {"objects": len(files) - len(failures), "failed": failures[:5], "seconds": time.monotonic() - started}
 
 

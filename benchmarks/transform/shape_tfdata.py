@@ -124,14 +124,9 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
     started = time.monotonic()
     join = join or framing.endswith("-id")  # an id is only kept to be written back
     _, predict, key, spec = _signature(model_dir, float_model or kind in ("table", "json"))
-    uploads = None
-    if output_dir.startswith("s3://"):  # each output PUT from the upload threads (s3_inputs.py)
-        from benchmarks.transform.s3_inputs import Uploads
+    from benchmarks.transform.s3_inputs import Outputs
 
-        uploads = Uploads(output_dir)
-    else:
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
+    outputs = Outputs(output_dir)  # files, or for s3:// each output PUT from upload threads
     remote = input_dir.startswith("s3://")
     if remote:
         from benchmarks.transform.s3_inputs import list_keys
@@ -145,10 +140,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
 
     def emit(name: bytes, data: bytes) -> None:
         """One object's output, named after its input."""
-        if uploads is not None:
-            uploads.put(Path(name.decode()).name + ".out", data)
-        else:
-            (out / (Path(name.decode()).name + ".out")).write_bytes(data)
+        outputs.write(Path(name.decode()).name + ".out", data)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer") as writer:
         pending = []
@@ -241,8 +233,7 @@ def run(kind: str, model_dir: str, input_dir: str, output_dir: str, *, batch_siz
                 count += len(rows)
         for future in pending:
             future.result()
-    if uploads is not None:
-        uploads.close()
+    outputs.close()
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"records": count, "seconds": time.monotonic() - started}
