@@ -40,6 +40,8 @@ _KINDS = {
     "application/json-lines": JSONL,
 }
 _ROW_KEYS = ("predictions", "results", "outputs")
+# Words in a model answer's JSON text that are not numbers or the brackets and commas between them.
+_NOT_NUMBERS = (b'"', b"{", b"null", b"true", b"false", b"NaN", b"Infinity")
 
 
 def content_kind(content_type: str | None) -> str | None:
@@ -152,6 +154,64 @@ class DataProcessor:
         joined = [self._join_one(u, o) for u, o in zip(units, outputs)]
         return _rejoin(joined, trailing)
 
+    def join_csv_payload(self, rows: list[bytes], response: bytes) -> list[bytes | InvalidInput] | None:
+        """``process_output`` of each of a MultiRecord payload's CSV ``rows`` with its row of the
+        payload's JSON ``response``, for all of them at once; None where that does not apply (the
+        caller then splits the response and joins row by row, which gives the same bytes).
+
+        It applies to a CSV join whose rows are plain (no quotes or line breaks, UTF-8) and whose
+        answer is ``{"predictions": [...]}`` (or ``"results"``) holding one finite number, or one
+        flat list of finite numbers, per row. Row by row, the answer was written out per row,
+        read back, and its columns written again as CSV, three passes over its numbers in
+        Python per row (benchmarks/transform/profile/csv-join.md); here the rows are written once,
+        and each row's text, cut from that, is its columns' CSV. A row the OutputFilter cannot
+        apply to gets its InvalidInput in its place.
+        """
+        n = len(rows)
+        if not self.join or self.in_kind != CSV or n < 2 or response[:64].lstrip()[:1] != b"{":
+            return None
+        for row in rows:
+            if not _plain_csv_line(row) or (not row.isascii() and _utf8_or_none(row) is None):
+                return None
+        if b"NaN" in response or b"Infinity" in response:
+            return None
+        try:
+            value = jsonenc.loads(response)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or len(value) != 1:
+            return None
+        key, answers = next(iter(value.items()))
+        if key not in ("predictions", "results") or not isinstance(answers, list) or len(answers) != n:
+            return None
+        text = jsonenc.compact_dumps(answers)
+        if any(word in text for word in _NOT_NUMBERS):
+            return None
+        inner = text[1:-1]
+        if b"[" not in inner:  # one number per row
+            cells = inner.split(b",")
+        elif inner.startswith(b"[") and inner.endswith(b"]"):
+            cells = inner[1:-1].split(b"],[")  # a flat list of numbers per row: its columns
+            rest = b"".join(cells)
+            if b"[" in rest or b"]" in rest:  # some row held a nested list, or was no list
+                return None
+        else:
+            return None
+        if len(cells) != n:
+            return None
+        if self.output_path.is_identity:
+            return [row + b"," + tail if tail else row for row, tail in zip(rows, cells)]
+        out: list[bytes | InvalidInput] = []
+        apply = self.output_path.apply
+        for row, tail in zip(rows, cells):
+            try:
+                picked = apply(row.split(b",") + (tail.split(b",") if tail else []))
+            except InvalidInput as exc:
+                out.append(exc)
+                continue
+            out.append(b",".join(picked) if isinstance(picked, list) else picked)
+        return out
+
     def _join_one(self, unit: bytes, output: bytes) -> bytes:
         kind, value = self._load_output(output)
         if self.in_kind == CSV:
@@ -250,6 +310,13 @@ def _utf8(line: bytes) -> str:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
+
+
+def _utf8_or_none(line: bytes) -> str | None:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _load_csv(line: bytes) -> list[Any]:

@@ -237,3 +237,101 @@ def test_csv_join_output_filter_picking_a_nested_answer_reads_it_as_a_row():
     assert dp.process_output(b"7,8", b'[null, [1.5, 2]]') == b"1.5,2"
     assert dp.process_output(b"7,8", b'[null, []]') == b""
     assert DataProcessor(None, "$[-2]", "Input", "text/csv", None).process_output(b"7,8", b'[null, []]') == b""
+
+
+# ---- a MultiRecord payload's CSV join in one pass writes what the row-by-row join writes ----
+
+def _row_by_row(dp, rows, response):
+    """What the pipeline writes for each row without the one-pass join: the response split per
+    record (records/payloads.py), each part joined with its row; an error in its row's place."""
+    from tfbatch.records import Payload, Record
+    from tfbatch.records.payloads import split_multi_response
+
+    payload = Payload([Record(index=i, offset=0, data=r, raw=r + b"\n") for i, r in enumerate(rows)], b"\n".join(rows))
+    parts = split_multi_response(payload, response)
+    if parts is None:
+        return None  # answered as a whole, or record by record
+    out = []
+    for row, part in zip(rows, parts):
+        try:
+            out.append(dp.process_output(row, part))
+        except InvalidInput as exc:
+            out.append(type(exc))
+    return out
+
+
+_ANSWER_VALUES = (st.floats(allow_nan=True, allow_infinity=True) | st.integers(min_value=-2**70, max_value=2**70)
+                  | st.booleans() | st.none() | st.text(max_size=3))
+_ANSWER_ROWS = (st.lists(st.floats(allow_nan=False, allow_infinity=False, width=32), max_size=4)
+                | st.floats(allow_nan=False, allow_infinity=False)
+                | st.integers(min_value=-2**66, max_value=2**66)
+                | st.lists(_ANSWER_VALUES, max_size=3)
+                | st.lists(st.lists(st.floats(allow_nan=False), max_size=2), max_size=2))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.text(alphabet='0123456789.-abé"\xff', min_size=1, max_size=5), min_size=1, max_size=4)
+                  .map(lambda cells: ",".join(cells).encode("utf-8", "surrogateescape")), min_size=2, max_size=5),
+    answers=st.data(),
+    path=st.sampled_from([None, "$[0]", "$[-1]", "$[0,-1:]", "$[1:]", "$[0,2:3]", "$[*]", "$[5]"]),
+    key=st.sampled_from(["predictions", "results"]),
+)
+def test_csv_join_of_a_whole_payload_writes_what_joining_row_by_row_writes(rows, answers, path, key):
+    dp = DataProcessor(None, path, "Input", "text/csv", None)
+    rows = [r.replace(b"\xc3\xbf", b"\xff") for r in rows]  # some rows not UTF-8
+    answer_rows = answers.draw(st.lists(_ANSWER_ROWS, min_size=len(rows), max_size=len(rows)))
+    response = json.dumps({key: answer_rows}).encode()
+    fast = dp.join_csv_payload(rows, response)
+    expected = _row_by_row(dp, rows, response)
+    if fast is not None:
+        assert expected is not None
+        assert [o if type(o) is bytes else type(o) for o in fast] == expected
+
+
+def test_csv_join_of_a_whole_payload_takes_the_common_answers():
+    dp = DataProcessor("$[1:]", "$[0,-2:]", "Input", "text/csv", None)
+    rows = [b"a,1,2", b"b,3,4", b"c,5,6"]
+    flat = b'{"predictions":[[0.25,1e-05],[2,3.5],[0.0,-1.0]]}'
+    assert dp.join_csv_payload(rows, flat) == [b"a,0.25,1e-05", b"b,2,3.5", b"c,0.0,-1.0"]
+    scalars = b'{"predictions":[0.5,1,2.5]}'
+    assert dp.join_csv_payload(rows, scalars) == [b"a,2,0.5", b"b,4,1", b"c,6,2.5"]
+    whole = DataProcessor(None, None, "Input", "text/csv", "application/json")
+    assert whole.join_csv_payload(rows, b'{"predictions":[[1],[],[2]]}') == [b"a,1,2,1", b"b,3,4", b"c,5,6,2"]
+    # A filter that misses a row: that row's error, the others written.
+    short = DataProcessor(None, "$[4]", "Input", "text/csv", None)
+    out = short.join_csv_payload([b"a,1,2", b"b"], b'{"predictions":[[7,8],[9,10]]}')
+    assert out[0] == b"8" and isinstance(out[1], InvalidInput)
+
+
+@pytest.mark.parametrize("rows, response", [
+    ([b"a,1", b'"b",2'], b'{"predictions":[[1],[2]]}'),            # a quoted row
+    ([b"a,1", b"b,\xff"], b'{"predictions":[[1],[2]]}'),           # a row that is not UTF-8
+    ([b"a,1", b"b,2"], b'{"predictions":[[1],[2]],"model":"m"}'),  # more than the rows
+    ([b"a,1", b"b,2"], b'{"predictions":[[1]]}'),                   # fewer rows
+    ([b"a,1", b"b,2"], b'{"predictions":[[NaN],[2]]}'),             # TF Serving's NaN
+    ([b"a,1", b"b,2"], b'{"predictions":[["x"],[2]]}'),             # text
+    ([b"a,1", b"b,2"], b'{"predictions":[[[1]],[2]]}'),             # nested
+    ([b"a,1", b"b,2"], b'{"outputs":[[1],[2]]}'),                   # columnar: not split per row
+    ([b"a,1", b"b,2"], b"1\n2\n"),                                  # not JSON
+])
+def test_csv_join_of_a_whole_payload_leaves_the_rest_to_the_rows(rows, response):
+    assert DataProcessor(None, None, "Input", "text/csv", None).join_csv_payload(rows, response) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.text(alphabet="0123456789.-abé", min_size=1, max_size=5), min_size=1, max_size=4)
+                  .map(lambda cells: ",".join(cells).encode()), min_size=2, max_size=6),
+    answers=st.data(),
+    path=st.sampled_from([None, "$[0]", "$[-1]", "$[0,-1:]", "$[1:]", "$[5]"]),
+    scalar=st.booleans(),
+)
+def test_csv_join_of_a_payload_of_numbers_is_one_pass_and_writes_the_same(rows, answers, path, scalar):
+    dp = DataProcessor(None, path, "Input", "text/csv", None)
+    numbers = st.floats(allow_nan=False, allow_infinity=False) | st.integers(min_value=-2**63, max_value=2**63 - 1)
+    answer = numbers if scalar else st.lists(numbers, max_size=4)
+    response = json.dumps({"predictions": answers.draw(st.lists(answer, min_size=len(rows), max_size=len(rows)))}).encode()
+    fast = dp.join_csv_payload(rows, response)
+    assert fast is not None
+    assert [o if type(o) is bytes else type(o) for o in fast] == _row_by_row(dp, rows, response)
