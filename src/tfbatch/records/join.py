@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import operator
 from typing import Any
 
 from tfbatch.errors import InvalidInput, ConfigError
@@ -75,6 +76,7 @@ class DataProcessor:
         self.out_kind = content_kind(accept) if accept else self.in_kind
         identity = self.input_path.is_identity and self.output_path.is_identity
         self.active = self.join or not identity
+        self._in_picks, self._out_picks = _CsvPicks(self.input_path), _CsvPicks(self.output_path)
         if not self.active:
             return
         if self.in_kind is None:
@@ -114,17 +116,21 @@ class DataProcessor:
         if self.in_kind == CSV:
             # Rows of a record holding several (or of SingleRecord lines sent as one request):
             # a plain row is picked as bytes too, once it is known to be UTF-8, as parsing it
-            # would have checked.
-            out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
-                   else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
+            # would have checked. A payload of ASCII without quotes or carriage returns is all
+            # plain rows (the usual MultiRecord payload of numbers), checked once for all.
+            if units[0] and record_data.isascii() and b'"' not in record_data and b"\r" not in record_data:
+                pick = self._pick_plain
+                out = [pick(u) for u in units]
+            else:
+                out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
+                       else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
         else:
             out = [self._dump(self.input_path.apply(self._load(u)), self.in_kind) for u in units]
         return _rejoin(out, trailing)
 
     def _pick_plain(self, row: bytes) -> bytes:
         """The InputFilter's cells of a CSV row without quotes or line breaks, as bytes."""
-        picked = self.input_path.apply(row.split(b","))
-        return b",".join(picked) if isinstance(picked, list) else picked
+        return self._in_picks.pick(row.split(b","))
 
     # ---- output side ------------------------------------------------------------
 
@@ -154,24 +160,28 @@ class DataProcessor:
         joined = [self._join_one(u, o) for u, o in zip(units, outputs)]
         return _rejoin(joined, trailing)
 
-    def join_csv_payload(self, rows: list[bytes], response: bytes) -> list[bytes | InvalidInput] | None:
-        """``process_output`` of each of a MultiRecord payload's CSV ``rows`` with its row of the
+    def join_payload(self, rows: list[bytes], response: bytes) -> list[bytes | InvalidInput] | None:
+        """``process_output`` of each of a MultiRecord payload's ``rows`` with its row of the
         payload's JSON ``response``, for all of them at once; None where that does not apply (the
-        caller then splits the response and joins row by row, which gives the same bytes).
+        caller then splits the response per record and joins row by row, which gives the same
+        bytes). A row that cannot be joined gets its InvalidInput in its place.
 
-        It applies to a CSV join whose rows are plain (no quotes or line breaks, UTF-8) and whose
-        answer is ``{"predictions": [...]}`` (or ``"results"``) holding one finite number, or one
-        flat list of finite numbers, per row. Row by row, the answer was written out per row,
-        read back, and its columns written again as CSV, three passes over its numbers in
-        Python per row (benchmarks/transform/profile/csv-join.md); here the rows are written once,
-        and each row's text, cut from that, is its columns' CSV. A row the OutputFilter cannot
-        apply to gets its InvalidInput in its place.
+        It applies to a join whose answer is ``{"predictions": [...]}`` (or ``"results"``) with
+        one row per record and no NaN or Infinity. Row by row, that answer was read, written
+        again per record, and each record's part read back (benchmarks/transform/profile/csv-join.md);
+        here it is read once.
         """
         n = len(rows)
-        if not self.join or self.in_kind != CSV or n < 2 or response[:64].lstrip()[:1] != b"{":
+        if not self.join or n < 2 or self.in_kind is None or response[:64].lstrip()[:1] != b"{":
             return None
-        for row in rows:
-            if not _plain_csv_line(row) or (not row.isascii() and _utf8_or_none(row) is None):
+        if self.in_kind == CSV:
+            for row in rows:
+                if not _plain_csv_line(row) or (not row.isascii() and _utf8_or_none(row) is None):
+                    return None
+        elif self.in_kind == JSONL:
+            # Each record one line, as _units finds it (a carriage return at its end dropped).
+            rows = [row[:-1] if row.endswith(b"\r") else row for row in rows]
+            if any(not row or b"\n" in row for row in rows):
                 return None
         if b"NaN" in response or b"Infinity" in response:
             return None
@@ -184,6 +194,30 @@ class DataProcessor:
         key, answers = next(iter(value.items()))
         if key not in ("predictions", "results") or not isinstance(answers, list) or len(answers) != n:
             return None
+        if self.in_kind == CSV:
+            return self._join_csv_rows(rows, answers)
+        return self._join_json_rows(rows, key, answers)
+
+    def _join_json_rows(self, rows: list[bytes], key: str, answers: list) -> list[bytes | InvalidInput]:
+        """What ``_join_one`` writes for each JSON row, whose answer read alone is ``{key: [answer]}``."""
+        out: list[bytes | InvalidInput] = []
+        apply, identity = self.output_path.apply, self.output_path.is_identity
+        for row, answer in zip(rows, answers):
+            try:
+                source = _load_json(row, "input record")
+                output = {key: [answer]}
+                joined = ({**source, "SageMakerOutput": output} if isinstance(source, dict)
+                          else {"SageMakerInput": source, "SageMakerOutput": output})
+                out.append(_dump_json(joined if identity else apply(joined)))
+            except InvalidInput as exc:
+                out.append(exc)
+        return out
+
+    def _join_csv_rows(self, rows: list[bytes], answers: list) -> list[bytes | InvalidInput] | None:
+        """The CSV join of plain rows: the answers written once (``compact_dumps``, the spelling
+        the row-by-row join writes), and each row's text, cut from that, is its columns. None
+        unless every answer is one finite number, or one flat list of them."""
+        n = len(rows)
         text = jsonenc.compact_dumps(answers)
         if any(word in text for word in _NOT_NUMBERS):
             return None
@@ -202,14 +236,12 @@ class DataProcessor:
         if self.output_path.is_identity:
             return [row + b"," + tail if tail else row for row, tail in zip(rows, cells)]
         out: list[bytes | InvalidInput] = []
-        apply = self.output_path.apply
+        pick = self._out_picks.pick
         for row, tail in zip(rows, cells):
             try:
-                picked = apply(row.split(b",") + (tail.split(b",") if tail else []))
+                out.append(pick(row.split(b",") + tail.split(b",") if tail else row.split(b",")))
             except InvalidInput as exc:
                 out.append(exc)
-                continue
-            out.append(b",".join(picked) if isinstance(picked, list) else picked)
         return out
 
     def _join_one(self, unit: bytes, output: bytes) -> bytes:
@@ -226,8 +258,7 @@ class DataProcessor:
                 if self.output_path.is_identity:
                     return unit + b"," + tail if columns else unit
                 if b'"' not in tail and b"[" not in tail and b"{" not in tail:
-                    picked = self.output_path.apply(unit.split(b",") + (tail.split(b",") if columns else []))
-                    return b",".join(picked) if isinstance(picked, list) else picked
+                    return self._out_picks.pick(unit.split(b",") + (tail.split(b",") if columns else []))
             row = _load_csv(unit)
             if kind != CSV:
                 row.extend(_as_columns(value))
@@ -273,12 +304,56 @@ class DataProcessor:
         return _dump_csv(value) if kind == CSV else _dump_json(value)
 
 
+class _CsvPicks:
+    """A path's cells of a CSV row (a list of byte strings), joined by commas.
+
+    A path that picks by position alone (``$[1:]``, ``$[0,-10:]``: ``JsonPath.positions``) has
+    its positions worked out once per row width, then each row is one C call picking them;
+    any other path, or a width it fails on, goes through ``JsonPath.apply``.
+    """
+
+    MAX_WIDTHS = 64  # row widths remembered; more (ragged rows) are worked out each time
+
+    def __init__(self, path: JsonPath):
+        self.path = path
+        self._by_width: dict[int, Any] = {}
+
+    def pick(self, cells: list[bytes]) -> bytes:
+        getter = self._by_width.get(len(cells))
+        if getter is None:
+            getter = self._getter(len(cells))
+        return getter(cells)
+
+    def _getter(self, n: int):
+        where = self.path.positions(n)
+        if where is None:
+            getter = self._apply
+        elif type(where) is int:
+            getter = operator.itemgetter(where)
+        elif len(where) > 1:
+            many = operator.itemgetter(*where)
+            getter = lambda cells: b",".join(many(cells))  # noqa: E731
+        elif where:
+            getter = operator.itemgetter(where[0])
+        else:
+            getter = lambda cells: b""  # noqa: E731
+        if len(self._by_width) < self.MAX_WIDTHS:
+            self._by_width[n] = getter
+        return getter
+
+    def _apply(self, cells: list[bytes]) -> bytes:
+        picked = self.path.apply(cells)
+        return b",".join(picked) if isinstance(picked, list) else picked
+
+
 def _units(data: bytes, kind: str | None) -> tuple[list[bytes], bool]:
     """Rows of a CSV / JSON Lines record (a whole object may hold many); JSON is one unit."""
     if kind == JSON:
         return [data], False
     trailing = data.endswith(b"\n")
-    lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in data.split(b"\n")]
+    lines = data.split(b"\n")
+    if b"\r" in data:
+        lines = [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
     rows = [ln for ln in lines if ln]
     return (rows or [b""]), trailing and len(rows) > 1
 

@@ -78,6 +78,18 @@ class JsonPath:
     def __repr__(self) -> str:
         return f"JsonPath({self.expr!r})"
 
+    def positions(self, n: int) -> int | list[int] | None:
+        """What ``apply`` picks from an array of ``n`` elements, as their positions, where the
+        path picks by position alone (one index, union or wildcard step): an int for a definite
+        path, else a list. None for any other path, or where ``apply`` fails on ``n`` elements
+        (then ``apply`` itself raises the error)."""
+        if len(self.steps) != 1 or not isinstance(self.steps[0], (_Index, _Union, _Wildcard)):
+            return None
+        try:
+            return self.apply(list(range(n)))
+        except InvalidInput:
+            return None
+
     def apply(self, value: Any) -> Any:
         nodes = [value]
         definite = True

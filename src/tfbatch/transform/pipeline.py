@@ -242,8 +242,8 @@ class ObjectPipeline:
             self._fail_record(state, assembler, records[0], _response_error(response))
             return
         if self.processor.active:
-            # A CSV join of the whole payload in one pass, where its answer allows (join.py).
-            joined = self.processor.join_csv_payload([r.data for r in records], response.body)
+            # The whole payload joined in one pass, where its answer allows (join.py).
+            joined = self.processor.join_payload([r.data for r in records], response.body)
             if joined is not None:
                 for record, output in zip(records, joined):
                     if type(output) is bytes:

@@ -282,7 +282,7 @@ def test_csv_join_of_a_whole_payload_writes_what_joining_row_by_row_writes(rows,
     rows = [r.replace(b"\xc3\xbf", b"\xff") for r in rows]  # some rows not UTF-8
     answer_rows = answers.draw(st.lists(_ANSWER_ROWS, min_size=len(rows), max_size=len(rows)))
     response = json.dumps({key: answer_rows}).encode()
-    fast = dp.join_csv_payload(rows, response)
+    fast = dp.join_payload(rows, response)
     expected = _row_by_row(dp, rows, response)
     if fast is not None:
         assert expected is not None
@@ -293,14 +293,14 @@ def test_csv_join_of_a_whole_payload_takes_the_common_answers():
     dp = DataProcessor("$[1:]", "$[0,-2:]", "Input", "text/csv", None)
     rows = [b"a,1,2", b"b,3,4", b"c,5,6"]
     flat = b'{"predictions":[[0.25,1e-05],[2,3.5],[0.0,-1.0]]}'
-    assert dp.join_csv_payload(rows, flat) == [b"a,0.25,1e-05", b"b,2,3.5", b"c,0.0,-1.0"]
+    assert dp.join_payload(rows, flat) == [b"a,0.25,1e-05", b"b,2,3.5", b"c,0.0,-1.0"]
     scalars = b'{"predictions":[0.5,1,2.5]}'
-    assert dp.join_csv_payload(rows, scalars) == [b"a,2,0.5", b"b,4,1", b"c,6,2.5"]
+    assert dp.join_payload(rows, scalars) == [b"a,2,0.5", b"b,4,1", b"c,6,2.5"]
     whole = DataProcessor(None, None, "Input", "text/csv", "application/json")
-    assert whole.join_csv_payload(rows, b'{"predictions":[[1],[],[2]]}') == [b"a,1,2,1", b"b,3,4", b"c,5,6,2"]
+    assert whole.join_payload(rows, b'{"predictions":[[1],[],[2]]}') == [b"a,1,2,1", b"b,3,4", b"c,5,6,2"]
     # A filter that misses a row: that row's error, the others written.
     short = DataProcessor(None, "$[4]", "Input", "text/csv", None)
-    out = short.join_csv_payload([b"a,1,2", b"b"], b'{"predictions":[[7,8],[9,10]]}')
+    out = short.join_payload([b"a,1,2", b"b"], b'{"predictions":[[7,8],[9,10]]}')
     assert out[0] == b"8" and isinstance(out[1], InvalidInput)
 
 
@@ -316,7 +316,7 @@ def test_csv_join_of_a_whole_payload_takes_the_common_answers():
     ([b"a,1", b"b,2"], b"1\n2\n"),                                  # not JSON
 ])
 def test_csv_join_of_a_whole_payload_leaves_the_rest_to_the_rows(rows, response):
-    assert DataProcessor(None, None, "Input", "text/csv", None).join_csv_payload(rows, response) is None
+    assert DataProcessor(None, None, "Input", "text/csv", None).join_payload(rows, response) is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -332,6 +332,63 @@ def test_csv_join_of_a_payload_of_numbers_is_one_pass_and_writes_the_same(rows, 
     numbers = st.floats(allow_nan=False, allow_infinity=False) | st.integers(min_value=-2**63, max_value=2**63 - 1)
     answer = numbers if scalar else st.lists(numbers, max_size=4)
     response = json.dumps({"predictions": answers.draw(st.lists(answer, min_size=len(rows), max_size=len(rows)))}).encode()
-    fast = dp.join_csv_payload(rows, response)
+    fast = dp.join_payload(rows, response)
     assert fast is not None
     assert [o if type(o) is bytes else type(o) for o in fast] == _row_by_row(dp, rows, response)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.text(alphabet='0123456789.-ab"\r é', max_size=4), min_size=1, max_size=5)
+                  .map(lambda cells: ",".join(cells)), min_size=1, max_size=6),
+    path=st.sampled_from(["$[1:]", "$[0]", "$[0,-1]", "$[-2:]", "$[4]", "$[*]", "$[:0]"]),
+    trailing=st.booleans(),
+)
+def test_csv_input_filter_of_a_payload_picks_what_each_row_alone_gives(rows, path, trailing):
+    from tfbatch.records.join import _dump_csv, _load_csv
+    from tfbatch.records.jsonpath import compile_path
+
+    payload = "\n".join(rows).encode() + (b"\n" if trailing else b"")
+    dp = DataProcessor(path, None, None, "text/csv", None)
+    units = [u for u in (ln[:-1] if ln.endswith(b"\r") else ln for ln in payload.split(b"\n")) if u] or [b""]
+    try:
+        picked = [_dump_csv(compile_path(path).apply(_load_csv(u))) for u in units]
+        expected = picked[0] if len(picked) == 1 else b"\n".join(picked) + (b"\n" if payload.endswith(b"\n") else b"")
+    except InvalidInput:
+        expected = InvalidInput
+    try:
+        got = dp.filter_input(payload)
+    except InvalidInput:
+        got = InvalidInput
+    if expected is InvalidInput or got is InvalidInput:
+        assert got is expected
+    else:
+        assert got == expected
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers(min_value=-2**70, max_value=2**70)
+    | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(_JSON_VALUES.map(lambda v: json.dumps(v).encode()) | st.sampled_from([b"{", b"\r", b"[1]\r", b"x"]),
+                  min_size=2, max_size=5),
+    answers=st.data(),
+    content_type=st.sampled_from(["application/jsonlines", "application/json"]),
+    accept=st.sampled_from([None, "application/json", "application/jsonlines", "text/csv"]),
+    path=st.sampled_from([None, "$.id", "$['id','SageMakerOutput']", "$.SageMakerOutput", "$[0]", "$.*"]),
+)
+def test_json_join_of_a_whole_payload_writes_what_joining_row_by_row_writes(rows, answers, content_type, accept, path):
+    dp = DataProcessor(None, path, "Input", content_type, accept)
+    response = json.dumps({"predictions": answers.draw(st.lists(_JSON_VALUES, min_size=len(rows), max_size=len(rows)))}).encode()
+    fast = dp.join_payload(rows, response)
+    expected = _row_by_row(dp, rows, response)
+    if expected is not None and b"NaN" not in response and b"Infinity" not in response \
+            and not (content_type == "application/jsonlines" and any(r in (b"\r",) for r in rows)):
+        assert fast is not None
+    if fast is not None:
+        assert [o if type(o) is bytes else type(o) for o in fast] == expected
