@@ -36,6 +36,16 @@ def split_process(frames: list[str]) -> tuple[str, list[str]]:
     return frames[depth], frames[depth + 2:]
 
 
+# Leaves of a thread that waits for work rather than doing it: a condition or event, an idle
+# executor worker, a join, select/poll. A thread blocked in any other system call counts as busy.
+IDLE_LEAVES = ("Condition.wait", "Event.wait", "_worker (", "wait (threading", "select", "poll (", "_wait_for_tstate")
+
+
+def is_idle(stack: list[str]) -> bool:
+    """Whether a thread's sample (its frames, outermost first) is a wait for work."""
+    return not stack or any(mark in stack[-1] for mark in IDLE_LEAVES)
+
+
 def split_thread(frames: list[str]) -> tuple[str | None, list[str]]:
     """The name of the innermost thread frame (``thread (ID): NAME``, after any ``process``
     frames of ``--subprocesses``) and the stack below it; (None, ``frames``) without one."""

@@ -17,9 +17,7 @@ import argparse
 import re
 from collections import Counter, defaultdict
 
-from benchmarks.transform.profile.pyspy_raw import samples, split_thread
-
-_IDLE = ("Condition.wait", "Event.wait", "_worker (", "wait (threading", "select", "poll (", "_wait_for_tstate")
+from benchmarks.transform.profile.pyspy_raw import is_idle, samples, split_thread
 
 
 def summarise(path: str) -> tuple[Counter, Counter, dict[str, Counter]]:
@@ -31,7 +29,7 @@ def summarise(path: str) -> tuple[Counter, Counter, dict[str, Counter]]:
         if name is None:
             continue
         name = re.sub(r"_\d+$", "_N", name)
-        if not stack or any(mark in stack[-1] for mark in _IDLE):
+        if is_idle(stack):
             idle[name] += count
             continue
         busy[name] += count

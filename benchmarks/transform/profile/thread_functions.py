@@ -5,8 +5,9 @@
 Samples of threads whose name starts with ``--thread`` (``dataflow_`` matches ``dataflow_0``,
 not ``dataflow-write_0``) are counted twice over: by the deepest tfbatch frame of each sample
 (the function of ours that was running or had called out: "self"), and by every function on
-the stack once ("inclusive"). Samples idle in a pool (``Condition.wait``, an idle executor
-worker) are left out, so the shares are of the thread's busy time.
+the stack once ("inclusive"). Samples that wait for work (``pyspy_raw.is_idle``, the same
+test ``thread_busy`` counts idle samples by) are left out, so the shares are of the thread's
+busy time.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import argparse
 import re
 from collections import Counter
 
-from benchmarks.transform.profile.pyspy_raw import samples, split_thread
+from benchmarks.transform.profile.pyspy_raw import is_idle, samples, split_thread
 
 _FRAME = re.compile(r"\s*(.*?) \((.*?):(\d+)\)")
-_IDLE = ("Condition.wait", "Event.wait")
 
 
 def _name(frame: str, line: bool = False) -> str:
@@ -37,7 +37,7 @@ def summarise(path: str, thread: str) -> tuple[int, Counter, Counter]:
         name, stack = split_thread(frames)
         if name is None or not name.startswith(thread):
             continue
-        if not stack or any(mark in stack[-1] for mark in _IDLE) or stack[-1].lstrip().startswith("_worker ("):
+        if is_idle(stack):
             continue
         total += count
         ours = [f for f in stack if "tfbatch/" in f]
