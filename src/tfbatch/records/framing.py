@@ -43,7 +43,7 @@ _U32 = struct.Struct("<I")
 _RECORDIO_HEADER = struct.Struct("<II")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     """One record of an input object.
 
@@ -51,6 +51,9 @@ class Record:
     ``data`` the payload with framing stripped, ``raw`` the bytes exactly as framed in the
     object (what MultiRecord payloads concatenate). With ``error`` set, data/raw hold
     whatever could be recovered (possibly b"").
+
+    Treated as immutable but not frozen: a frozen dataclass sets each field through
+    ``object.__setattr__``, 0.62 us a record against 0.16 us, on every line of a line job.
     """
 
     index: int
