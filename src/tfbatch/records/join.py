@@ -130,7 +130,7 @@ class DataProcessor:
 
     def _pick_plain(self, row: bytes) -> bytes:
         """The InputFilter's cells of a CSV row without quotes or line breaks, as bytes."""
-        return self._in_picks.pick(row.split(b","))
+        return self._in_picks.pick_row(row)
 
     # ---- output side ------------------------------------------------------------
 
@@ -314,15 +314,49 @@ class _CsvPicks:
 
     MAX_WIDTHS = 64  # row widths remembered; more (ragged rows) are worked out each time
 
+    # A run of cells from the row's start, or through its end, is cut from the row's bytes at
+    # its commas, not split apart and joined again, when it starts or ends this near the start.
+    MAX_COMMAS_FOUND = 8
+
     def __init__(self, path: JsonPath):
         self.path = path
         self._by_width: dict[int, Any] = {}
+        self._rows_by_width: dict[int, Any] = {}
 
     def pick(self, cells: list[bytes]) -> bytes:
         getter = self._by_width.get(len(cells))
         if getter is None:
             getter = self._getter(len(cells))
         return getter(cells)
+
+    def pick_row(self, row: bytes) -> bytes:
+        """``pick`` of a plain row's cells, from the row's bytes."""
+        width = row.count(b",") + 1
+        cut = self._rows_by_width.get(width)
+        if cut is None:
+            cut = self._row_getter(width)
+        return cut(row)
+
+    def _row_getter(self, n: int):
+        where = self.path.positions(n)
+        k = None
+        if type(where) is list and where and where == list(range(where[0], where[0] + len(where))):
+            first, last = where[0], where[-1]
+            if first == 0 and last == n - 1:
+                k = 0
+                cut = _same_row
+            elif last == n - 1 and first <= self.MAX_COMMAS_FOUND:
+                k = first  # the cells after the k-th comma
+                cut = lambda row: row[_nth_comma(row, k) + 1:]  # noqa: E731
+            elif first == 0 and last + 1 <= self.MAX_COMMAS_FOUND:
+                k = last + 1  # the cells before the k-th comma
+                cut = lambda row: row[:_nth_comma(row, k)]  # noqa: E731
+        if k is None:
+            pick = self.pick
+            cut = lambda row: pick(row.split(b","))  # noqa: E731
+        if len(self._rows_by_width) < self.MAX_WIDTHS:
+            self._rows_by_width[n] = cut
+        return cut
 
     def _getter(self, n: int):
         where = self.path.positions(n)
@@ -344,6 +378,18 @@ class _CsvPicks:
     def _apply(self, cells: list[bytes]) -> bytes:
         picked = self.path.apply(cells)
         return b",".join(picked) if isinstance(picked, list) else picked
+
+
+def _same_row(row: bytes) -> bytes:
+    return row
+
+
+def _nth_comma(row: bytes, k: int) -> int:
+    """The index of the ``k``-th comma of ``row`` (k >= 1; the row has at least k)."""
+    at = row.index(b",")
+    for _ in range(k - 1):
+        at = row.index(b",", at + 1)
+    return at
 
 
 def _units(data: bytes, kind: str | None) -> tuple[list[bytes], bool]:

@@ -197,21 +197,25 @@ class ObjectPipeline:
     # ---- the ordered output stream ----------------------------------------------------
 
     def _stream(self, entries: Iterable[_Entry], state: _State, assembler: Assembler, sink: _Chunks) -> Iterator[bytes]:
-        # Each entry is answered already (a failed one is retried or isolated in _finish):
-        # its output goes out before the next entry is pulled.
+        # Each entry is answered already (a failed one is retried or isolated in _finish). Its
+        # outputs are held until COALESCE_BYTES of them are, then go out as a few writes: a
+        # SingleRecord job's entries of a few rows each had made a write per entry, each a
+        # system call that gave up the GIL and waited to take it back (profile/csv-join.md).
+        pending: list[bytes] = []
+        size = 0
         for entry in entries:
             state.records += len(entry[0].records)
             self._finish(*entry, state, assembler)
             parts = sink.drain()
-            if len(parts) > 1:
-                # One write for the entry's outputs (a MultiRecord payload's thousands of rows and
-                # their newlines), not one per part: on a million-row CSV join the parts' writes
-                # and copies took a quarter of the writer thread (profile/csv-join.md).
-                yield b"".join(parts)
-            elif parts:
-                yield parts[0]
+            pending += parts
+            size += sum(map(len, parts))
+            if size >= COALESCE_BYTES:
+                yield from _coalesce(pending)
+                pending, size = [], 0
         if state.failed and assembler.outputs == 0:
             raise _AbortObject()  # every record failed: no output object, as in SageMaker
+        if pending:
+            yield from _coalesce(pending)
 
     def _start(self, payload: Payload) -> _Entry:
         """The payload's call, submitted now (a record run alone after its payload failed)."""
@@ -243,9 +247,9 @@ class ObjectPipeline:
             return
         if self.processor.active:
             # The whole payload joined in one pass, where its answer allows (join.py).
-            joined = self.processor.join_payload([r.data for r in records], response.body)
-            if joined is not None:
-                for record, output in zip(records, joined):
+            rows_out = self.processor.join_payload([r.data for r in records], response.body)
+            if rows_out is not None:
+                for record, output in zip(records, rows_out):
                     if type(output) is bytes:
                         assembler.add(output)
                     else:
@@ -308,6 +312,33 @@ class ObjectPipeline:
 
 
 SMALL_OUTPUT_BYTES = 1024 * 1024  # an output up to this size is gathered, then written in one call
+COALESCE_BYTES = 4 * 1024 * 1024  # outputs are held, and joined, into writes of about this size
+
+
+def _coalesce(parts: list[bytes]) -> Iterator[bytes]:
+    """Outputs (thousands of rows, each with its newline) as a few writes of up to
+    ``COALESCE_BYTES``, not one per part: on a million-row CSV join the parts' writes took a
+    quarter of the writer thread (benchmarks/transform/profile/csv-join.md). A part of
+    ``COALESCE_BYTES`` or more goes out alone, uncopied."""
+    if len(parts) == 1:
+        yield parts[0]
+        return
+    group: list[bytes] = []
+    size = 0
+    for part in parts:
+        if len(part) >= COALESCE_BYTES:
+            if group:
+                yield b"".join(group)
+                group, size = [], 0
+            yield part
+            continue
+        group.append(part)
+        size += len(part)
+        if size >= COALESCE_BYTES:
+            yield b"".join(group)
+            group, size = [], 0
+    if group:
+        yield b"".join(group)
 
 
 def _gather_small(stream: Iterator[bytes]) -> list[bytes] | Iterator[bytes]:

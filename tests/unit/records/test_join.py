@@ -392,3 +392,24 @@ def test_json_join_of_a_whole_payload_writes_what_joining_row_by_row_writes(rows
         assert fast is not None
     if fast is not None:
         assert [o if type(o) is bytes else type(o) for o in fast] == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet="0123456789.-ab", max_size=4), min_size=1, max_size=12),
+    path=st.sampled_from(["$[1:]", "$[3:]", "$[9:]", "$[:0]", "$[:2]", "$[:8]", "$[:9]", "$[2:4]", "$[0]",
+                          "$[-1]", "$[0,-1]", "$[*]", "$[0:]", "$[1:-1]", "$[-3:]"]),
+)
+def test_a_plain_rows_picks_cut_from_its_bytes_are_its_cells_picked(cells, path):
+    from tfbatch.records.join import _CsvPicks
+    from tfbatch.records.jsonpath import compile_path
+
+    row = ",".join(cells).encode()
+    picks = _CsvPicks(compile_path(path))
+    try:
+        expected = picks.pick(row.split(b","))
+    except InvalidInput:
+        with pytest.raises(InvalidInput):
+            picks.pick_row(row)
+        return
+    assert picks.pick_row(row) == expected

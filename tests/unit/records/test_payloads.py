@@ -255,3 +255,28 @@ def test_a_joined_answer_with_nan_is_cut_from_its_own_text():
     assert flat == [b'{"predictions":[0.5]}', b'{"predictions":[NaN]}', b'{"predictions":[Infinity]}']
     # an answer in another layout that holds NaN is not cut (re-encoding would write null)
     assert split_multi_response(payload, b'{"predictions": [[NaN, 1.0], [1, 2], [3, 4]]}') is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet="0123456789.eE-+ a\"\r", max_size=20), min_size=1, max_size=6),
+    path=st.sampled_from(["$[1:]", "$[0]", "$[-1]", "$[0,-1]", "$[:0]", "$[*]"]),
+)
+def test_a_filtered_csv_row_joins_when_the_filter_leaves_it_joinable(cells, path):
+    # What a joinable row's InputFilter leaves is judged by a shorter test than joinable():
+    # it must decide the same.
+    from tfbatch.records import DataProcessor
+    from tfbatch.records.payloads import _sent_if_joinable
+
+    row = ",".join(cells).encode()
+    dp = DataProcessor(path, None, None, "text/csv", None)
+    sent = _sent_if_joinable(row, "csv", dp.filter_input)
+    if not joinable(row, "csv"):
+        assert sent is None
+        return
+    try:
+        filtered = dp.filter_input(row)
+    except Exception:  # noqa: BLE001 - the filter refuses the row: it runs alone
+        assert sent is None
+        return
+    assert sent == (filtered if joinable(filtered, "csv") else None)
