@@ -26,7 +26,7 @@ import json
 import operator
 from typing import Any
 
-from tfbatch.errors import InvalidInput, ConfigError
+from tfbatch.errors import ConfigError, InvalidInput, TfbatchError
 from tfbatch.records.jsonpath import JsonPath, compile_path
 from tfbatch.runtime import jsonenc
 
@@ -160,23 +160,24 @@ class DataProcessor:
         joined = [self._join_one(u, o) for u, o in zip(units, outputs)]
         return _rejoin(joined, trailing)
 
-    def join_payload(self, rows: list[bytes], response: bytes) -> list[bytes | InvalidInput] | None:
+    def join_payload(self, rows: list[bytes], response: bytes) -> list[bytes | TfbatchError] | None:
         """``process_output`` of each of a MultiRecord payload's ``rows`` with its row of the
         payload's JSON ``response``, for all of them at once; None where that does not apply (the
         caller then splits the response per record and joins row by row, which gives the same
-        bytes). A row that cannot be joined gets its InvalidInput in its place.
+        bytes). A row that cannot be joined gets its error in its place.
 
         It applies to a join whose answer is ``{"predictions": [...]}`` (or ``"results"``) with
-        one row per record and no NaN or Infinity. Row by row, that answer was read, written
-        again per record, and each record's part read back (benchmarks/transform/profile/csv-join.md);
-        here it is read once.
+        one row per record and no NaN or Infinity, and to rows that are one line each (CSV:
+        plain). Row by row, that answer was read, written again per record, and each record's
+        part read back (benchmarks/transform/profile/csv-join.md); here it is read once, and
+        each row joined with ``{key: [its answer]}``, what its part read back gave.
         """
         n = len(rows)
         if not self.join or n < 2 or self.in_kind is None or response[:64].lstrip()[:1] != b"{":
             return None
         if self.in_kind == CSV:
             for row in rows:
-                if not _plain_csv_line(row) or (not row.isascii() and _utf8_or_none(row) is None):
+                if not _plain_csv_line(row) or not is_utf8(row):
                     return None
         elif self.in_kind == JSONL:
             # Each record one line, as _units finds it (a carriage return at its end dropped).
@@ -195,28 +196,22 @@ class DataProcessor:
         if key not in ("predictions", "results") or not isinstance(answers, list) or len(answers) != n:
             return None
         if self.in_kind == CSV:
-            return self._join_csv_rows(rows, answers)
-        return self._join_json_rows(rows, key, answers)
-
-    def _join_json_rows(self, rows: list[bytes], key: str, answers: list) -> list[bytes | InvalidInput]:
-        """What ``_join_one`` writes for each JSON row, whose answer read alone is ``{key: [answer]}``."""
-        out: list[bytes | InvalidInput] = []
-        apply, identity = self.output_path.apply, self.output_path.is_identity
+            cut = self._join_csv_numbers(rows, answers)
+            if cut is not None:
+                return cut
+        out: list[bytes | TfbatchError] = []
         for row, answer in zip(rows, answers):
             try:
-                source = _load_json(row, "input record")
-                output = {key: [answer]}
-                joined = ({**source, "SageMakerOutput": output} if isinstance(source, dict)
-                          else {"SageMakerInput": source, "SageMakerOutput": output})
-                out.append(_dump_json(joined if identity else apply(joined)))
-            except InvalidInput as exc:
+                out.append(self._join_value(row, JSON, {key: [answer]}))
+            except TfbatchError as exc:
                 out.append(exc)
         return out
 
-    def _join_csv_rows(self, rows: list[bytes], answers: list) -> list[bytes | InvalidInput] | None:
-        """The CSV join of plain rows: the answers written once (``compact_dumps``, the spelling
-        the row-by-row join writes), and each row's text, cut from that, is its columns. None
-        unless every answer is one finite number, or one flat list of them."""
+    def _join_csv_numbers(self, rows: list[bytes], answers: list) -> list[bytes | TfbatchError] | None:
+        """The CSV join of plain rows whose answers are numbers: the answers written once
+        (``compact_dumps``, the spelling the row-by-row join writes), and each row's text, cut
+        from that, is its columns. None unless every answer is one finite number, or one flat
+        list of them."""
         n = len(rows)
         text = jsonenc.compact_dumps(answers)
         if any(word in text for word in _NOT_NUMBERS):
@@ -233,19 +228,27 @@ class DataProcessor:
             return None
         if len(cells) != n:
             return None
-        if self.output_path.is_identity:
-            return [row + b"," + tail if tail else row for row, tail in zip(rows, cells)]
-        out: list[bytes | InvalidInput] = []
-        pick = self._out_picks.pick
-        for row, tail in zip(rows, cells):
+        out: list[bytes | TfbatchError] = []
+        for row, tail in zip(rows, cells):  # an empty tail: an empty list answered, no columns
             try:
-                out.append(pick(row.split(b",") + tail.split(b",") if tail else row.split(b",")))
-            except InvalidInput as exc:
+                out.append(self._plain_joined(row, tail, bool(tail)))
+            except TfbatchError as exc:
                 out.append(exc)
         return out
 
+    def _plain_joined(self, row: bytes, tail: bytes, columns: bool) -> bytes:
+        """A plain CSV row with its answer's columns (``tail``, their CSV text, cells between
+        commas), then the OutputFilter."""
+        if self.output_path.is_identity:
+            return row + b"," + tail if columns else row
+        return self._out_picks.pick(row.split(b",") + tail.split(b",") if columns else row.split(b","))
+
     def _join_one(self, unit: bytes, output: bytes) -> bytes:
         kind, value = self._load_output(output)
+        return self._join_value(unit, kind, value)
+
+    def _join_value(self, unit: bytes, kind: str, value: Any) -> bytes:
+        """``unit`` (one row of the record) joined with its output, read as ``value`` of ``kind``."""
         if self.in_kind == CSV:
             if kind != CSV and _plain_csv_line(unit):
                 # The common CSV join (a plain row, a JSON answer): the row's own bytes are what
@@ -255,10 +258,8 @@ class DataProcessor:
                 _utf8(unit)
                 columns = _as_columns(value)
                 tail = _dump_csv(columns) if columns else b""
-                if self.output_path.is_identity:
-                    return unit + b"," + tail if columns else unit
-                if b'"' not in tail and b"[" not in tail and b"{" not in tail:
-                    return self._out_picks.pick(unit.split(b",") + (tail.split(b",") if columns else []))
+                if self.output_path.is_identity or (b'"' not in tail and b"[" not in tail and b"{" not in tail):
+                    return self._plain_joined(unit, tail, bool(columns))
             row = _load_csv(unit)
             if kind != CSV:
                 row.extend(_as_columns(value))
@@ -433,11 +434,14 @@ def _utf8(line: bytes) -> str:
         raise InvalidInput(f"DataProcessing: CSV row is not UTF-8 ({exc})") from None
 
 
-def _utf8_or_none(line: bytes) -> str | None:
+def is_utf8(data: bytes) -> bool:
+    if data.isascii():
+        return True
     try:
-        return line.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        return False
+    return True
 
 
 def _load_csv(line: bytes) -> list[Any]:

@@ -21,6 +21,7 @@ import orjson
 
 from tfbatch.errors import ConfigError, PayloadTooLarge, TfbatchError
 from tfbatch.records.framing import Record, where
+from tfbatch.records.join import is_utf8
 from tfbatch.runtime import jsonenc
 
 BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
@@ -217,7 +218,7 @@ def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] 
         return None
     if sent_as is None:
         return body
-    if kind == "csv" and not _utf8(body):
+    if kind == "csv" and not is_utf8(body):
         return None  # the filter reads a joined request's rows as UTF-8 text: alone, as before
     try:
         sent = sent_as(body)
@@ -228,16 +229,6 @@ def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] 
         # commas: no quote, carriage return or 16-digit integer can appear; it may be blank.
         return sent if sent.strip(_BLANK + b",") else None
     return sent if joinable(sent, kind) else None
-
-
-def _utf8(data: bytes) -> bool:
-    if data.isascii():
-        return True
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _joined(run: list[Payload], sents: list[bytes], content_type: str | None, filtered: bool) -> Payload:

@@ -310,8 +310,6 @@ def test_csv_join_of_a_whole_payload_takes_the_common_answers():
     ([b"a,1", b"b,2"], b'{"predictions":[[1],[2]],"model":"m"}'),  # more than the rows
     ([b"a,1", b"b,2"], b'{"predictions":[[1]]}'),                   # fewer rows
     ([b"a,1", b"b,2"], b'{"predictions":[[NaN],[2]]}'),             # TF Serving's NaN
-    ([b"a,1", b"b,2"], b'{"predictions":[["x"],[2]]}'),             # text
-    ([b"a,1", b"b,2"], b'{"predictions":[[[1]],[2]]}'),             # nested
     ([b"a,1", b"b,2"], b'{"outputs":[[1],[2]]}'),                   # columnar: not split per row
     ([b"a,1", b"b,2"], b"1\n2\n"),                                  # not JSON
 ])
@@ -413,3 +411,17 @@ def test_a_plain_rows_picks_cut_from_its_bytes_are_its_cells_picked(cells, path)
             picks.pick_row(row)
         return
     assert picks.pick_row(row) == expected
+
+
+@pytest.mark.parametrize("response", [
+    b'{"predictions":[["x"],[2]]}',          # text
+    b'{"predictions":[[[1]],[2]]}',          # nested
+    b'{"results":[["a,b",null],[true,2]]}',  # text that needs quoting, null, a boolean
+])
+def test_csv_join_of_a_payload_of_other_answers_joins_each_row_as_alone(response):
+    for path in (None, "$[0,-1]", "$[5]"):
+        dp = DataProcessor(None, path, "Input", "text/csv", None)
+        rows = [b"a,1", b"b,2"]
+        fast = dp.join_payload(rows, response)
+        assert fast is not None
+        assert [o if type(o) is bytes else type(o) for o in fast] == _row_by_row(dp, rows, response)
