@@ -29,7 +29,7 @@ BATCH_STRATEGIES = ("SingleRecord", "MultiRecord")
 _ROW_KEYS = ("predictions", "results")
 
 
-@dataclass
+@dataclass(slots=True)
 class Payload:
     records: list[Record]
     body: bytes
@@ -133,6 +133,9 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _SIXTEEN_DIGITS = b"0" * 16
 _REQUEST_KEYS = (b'"instances"', b'"inputs"', b'"examples"')
 _BLANK = b" \t\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.strip() removes in ASCII, but line breaks
+# A line of blanks between two newlines: the expression tries only where a newline stands,
+# ~0.13 us a CSV line of 32 floats where deleting the blanks and looking for "\n\n" took 0.5.
+_BLANK_LINE = {also: re.compile(rb"\n[" + re.escape(_BLANK + also) + rb"]*\n") for also in (b"", b",")}
 # Line breaks of str.splitlines() besides "\n" (the JSON Lines reader's), as ASCII and, only
 # in text that is not ASCII, as UTF-8 (handlers/defaults.py reads JSON Lines by the same list).
 ASCII_LINE_BREAKS = (b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
@@ -178,38 +181,113 @@ def _one_json_instance(data: bytes) -> bool:
     return head == b"{" and b"\\" not in data and not any(key in data for key in _REQUEST_KEYS)
 
 
-def join_single(payloads: Iterable[Payload], kind: str, *, max_records: int = JOIN_MAX_RECORDS,
-                max_bytes: int = JOIN_MAX_BYTES,
+def join_single(records: Iterable[Record], kind: str, *, limit: int = 0, source: str = "",
+                max_records: int = JOIN_MAX_RECORDS, max_bytes: int = JOIN_MAX_BYTES,
                 sent_as: Callable[[bytes], bytes] | None = None) -> Iterator[Payload]:
-    """SingleRecord payloads with runs of :func:`joinable` records joined into one request
-    each (``joined``), in record order; any other payload (a bad record, one that is not
-    joinable) as it was, between the runs. ``kind`` is one of ``JOIN_KINDS``: a run of JSON
-    arrays becomes a JSON Lines body. ``sent_as``: what a record's body becomes before it is
-    sent (DataProcessing's InputFilter, applied to the joined body row by row), so that is
-    what must be joinable; a record it refuses is sent alone, to fail there."""
+    """SingleRecord payloads of ``records`` (``form_payloads``'s, ``limit`` its MaxPayloadInMB)
+    with runs of :func:`joinable` records joined into one request each (``joined``), in record
+    order; any other payload (a bad record, one that is not joinable) as SingleRecord makes it,
+    between the runs. ``kind`` is one of ``JOIN_KINDS``: a run of JSON arrays becomes a JSON
+    Lines body. ``sent_as``: what a record's body becomes before it is sent (DataProcessing's
+    InputFilter, applied to the joined body row by row), so that is what must be joinable; a
+    record it refuses is sent alone, to fail there. For ``csv`` and ``jsonl``, ``sent_as`` of
+    lines joined by newlines must be their own results joined so (``DataProcessor.filter_input``
+    reads such a body row by row): a group whose lines all pass is filtered in one call.
+
+    Up to ``max_records`` records (``max_bytes`` of lines) are judged as one group, on their
+    joined bytes at once (:func:`_all_joinable`); only a group that fails that is judged line
+    by line. Each line's own checks, and a payload made for each record before it was joined,
+    had taken most of the dataflow thread's time on a million-row SingleRecord CSV job
+    (benchmarks/transform/profile/single-groups.md).
+    """
     if kind not in JOIN_KINDS:
         raise ValueError(f"unknown join kind {kind!r}")
     content_type = JSONLINES if kind == "json" else None
-    run: list[Payload] = []
-    sents: list[bytes] = []
+    group: list[Record] = []
     size = 0
-    for payload in payloads:
-        sent = _sent_if_joinable(payload.body, kind, sent_as) if payload.error is None and len(payload.records) == 1 \
-            else None
+    for record in records:
+        data = record.data
+        if record.error is None and not (limit and len(data) > limit):
+            if group and (len(group) >= max_records or size + len(data) > max_bytes):
+                yield from _join_group(group, kind, sent_as, content_type)
+                group, size = [], 0
+            group.append(record)
+            size += len(data) + 1
+            continue
+        if group:
+            yield from _join_group(group, kind, sent_as, content_type)
+            group, size = [], 0
+        yield from _single((record,), limit, source)
+    if group:
+        yield from _join_group(group, kind, sent_as, content_type)
+
+
+def _join_group(group: list[Record], kind: str, sent_as: Callable[[bytes], bytes] | None,
+                content_type: str | None) -> list[Payload]:
+    """The group as one request where every line may join, else line by line: runs of the
+    lines that may, each other line alone between them."""
+    filtered = sent_as is not None
+    if len(group) > 1:
+        body = b"\n".join([r.data for r in group])
+        sent = _group_sent(body, len(group), kind, sent_as)
         if sent is not None:
-            if run and (len(run) >= max_records or size + len(payload.body) > max_bytes):
-                yield _joined(run, sents, content_type, sent_as is not None)
-                run, sents, size = [], [], 0
-            run.append(payload)
-            sents.append(sent)
-            size += len(payload.body) + 1
+            return [Payload(group, body, joined=True, content_type=content_type, sent=sent if filtered else None)]
+    out: list[Payload] = []
+    run: list[Record] = []
+    sents: list[bytes] = []
+    for record in group:
+        one = _sent_if_joinable(record.data, kind, sent_as)
+        if one is not None:
+            run.append(record)
+            sents.append(one)
             continue
         if run:
-            yield _joined(run, sents, content_type, sent_as is not None)
-            run, sents, size = [], [], 0
-        yield payload
+            out.append(_joined(run, sents, content_type, filtered))
+            run, sents = [], []
+        out.append(Payload([record], record.data))
     if run:
-        yield _joined(run, sents, content_type, sent_as is not None)
+        out.append(_joined(run, sents, content_type, filtered))
+    return out
+
+
+def _group_sent(body: bytes, n: int, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bytes | None:
+    """What ``body``, ``n`` lines joined by newlines, is sent as when every line may join (and
+    each, after ``sent_as``, still may), else None: what :func:`_sent_if_joinable` finds line
+    by line, found for all lines at once."""
+    if not _all_joinable(body, n, kind):
+        return None
+    if sent_as is None:
+        return body
+    if kind == "csv" and not is_utf8(body):
+        return None
+    try:
+        if kind == "json":  # an application/json line is one document: filtered alone
+            sent = b"\n".join([sent_as(line) for line in body.split(b"\n")])
+        else:
+            sent = sent_as(body)
+    except TfbatchError:
+        return None
+    if kind == "csv":  # whole cells of joinable rows: only a blank row can spoil them
+        return sent if sent.count(b"\n") == n - 1 and not _blank_line(sent, b",") else None
+    return sent if _all_joinable(sent, n, kind) else None
+
+
+def _all_joinable(body: bytes, n: int, kind: str) -> bool:
+    """Whether each of the ``n`` lines joined by newlines into ``body`` is :func:`joinable`,
+    judged on ``body`` once: no check can match across the newline between two lines, and a
+    line holding a newline of its own is left to the line-by-line test (False)."""
+    if body.count(b"\n") != n - 1 or _blank_line(body, b"," if kind == "csv" else b"") or _long_integer(body):
+        return False
+    if kind == "csv":
+        return b'"' not in body and b"\r" not in body
+    if b"true" in body or b"false" in body or any(mark in body for mark in _LINE_BREAKS):
+        return False
+    return kind != "json" or all(_one_json_instance(line) for line in body.split(b"\n"))
+
+
+def _blank_line(body: bytes, also: bytes) -> bool:
+    """Whether some line of ``body`` holds only blanks (and bytes of ``also``, b"," or b"")."""
+    return _BLANK_LINE[also].search(b"\n" + body + b"\n") is not None
 
 
 def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bytes | None:
@@ -231,15 +309,13 @@ def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] 
     return sent if joinable(sent, kind) else None
 
 
-def _joined(run: list[Payload], sents: list[bytes], content_type: str | None, filtered: bool) -> Payload:
+def _joined(run: list[Record], sents: list[bytes], content_type: str | None, filtered: bool) -> Payload:
     """The run as one request; with an InputFilter, its rows as already filtered: what the
     filter makes of the joined body, row by row (``DataProcessor.filter_input``)."""
     if len(run) == 1:
-        if filtered:
-            run[0].sent = sents[0]
-        return run[0]
-    return Payload([p.records[0] for p in run], b"\n".join(p.body for p in run), joined=True,
-                   content_type=content_type, sent=b"\n".join(sents) if filtered else None)
+        return Payload(run, run[0].data, sent=sents[0] if filtered else None)
+    return Payload(run, b"\n".join([r.data for r in run]), joined=True, content_type=content_type,
+                   sent=b"\n".join(sents) if filtered else None)
 
 
 def split_multi_response(payload: Payload, response: bytes) -> list[bytes] | None:

@@ -109,11 +109,11 @@ class ObjectPipeline:
 
     def payloads(self, records: Iterable[Record], key: str) -> Iterator[Payload]:
         """The object's request payloads, as BatchStrategy forms them (and join_single joins them)."""
-        payloads = form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=key)
         if self.join_kind is None:
-            return payloads
+            return form_payloads(records, self.spec.batch_strategy, self.spec.max_payload_bytes, source=key)
         limit = self.spec.max_payload_bytes or 0  # a joined request stays within MaxPayloadInMB too
-        return join_single(payloads, self.join_kind, max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES,
+        return join_single(records, self.join_kind, limit=limit, source=key,
+                           max_bytes=min(limit, JOIN_MAX_BYTES) if limit else JOIN_MAX_BYTES,
                            sent_as=self.processor.filter_input if self.processor.active else None)
 
     def object_payloads(self, raw, key: str) -> Iterator[Payload]:

@@ -413,6 +413,29 @@ def test_a_plain_rows_picks_cut_from_its_bytes_are_its_cells_picked(cells, path)
     assert picks.pick_row(row) == expected
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    cells=st.lists(st.text(alphabet="0123456789.-ab", max_size=4), min_size=1, max_size=12),
+    answer=st.lists(st.text(alphabet="0123456789.-e", max_size=4), min_size=1, max_size=12),
+    path=st.sampled_from(["$[0,-10:]", "$[0,-1:]", "$[0,1,-2:]", "$[:2,-3:]", "$[-4:]", "$[:9]", "$[0,-9:]",
+                          "$[0]", "$[-1]", "$[1:]", "$[*]", "$[0,0]", "$[:3,1:]", "$[:0]", "$[0,2:4]"]),
+)
+def test_a_joined_rows_picks_cut_from_its_bytes_are_its_cells_picked(cells, answer, path):
+    from tfbatch.records.join import _CsvPicks
+    from tfbatch.records.jsonpath import compile_path
+
+    row, tail = ",".join(cells).encode(), ",".join(answer).encode()
+    picks = _CsvPicks(compile_path(path))
+    try:
+        expected = picks.pick(row.split(b",") + tail.split(b","))
+    except InvalidInput:
+        with pytest.raises(InvalidInput):
+            picks.pick_joined(row, tail)
+        return
+    assert picks.pick_joined(row, tail) == expected
+    assert picks.pick_joined(row, tail) == expected  # the cut remembered for these widths
+
+
 @pytest.mark.parametrize("response", [
     b'{"predictions":[["x"],[2]]}',          # text
     b'{"predictions":[[[1]],[2]]}',          # nested

@@ -140,8 +140,8 @@ from tfbatch.records import join_single  # noqa: E402
 from tfbatch.records.payloads import joinable  # noqa: E402
 
 
-def _singles(lines: list[bytes]) -> list[Payload]:
-    return list(form_payloads([rec(i, line) for i, line in enumerate(lines)], "SingleRecord", None))
+def _singles(lines: list[bytes]) -> list[Record]:
+    return [rec(i, line) for i, line in enumerate(lines)]
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl", "json"])
@@ -149,9 +149,9 @@ def test_join_single_joins_runs_in_order_and_leaves_the_rest(kind):
     good = b"[1,2.5]" if kind != "csv" else b"1,2.5"
     bad = b'"1",2' if kind == "csv" else b"[true,1]"
     lines = [good, good, bad, good, good, good]
-    payloads = _singles(lines)
-    payloads[5] = Payload(payloads[5].records, payloads[5].body, RecordError("damaged"))
-    out = list(join_single(payloads, kind))
+    records = _singles(lines)
+    records[5] = rec(5, good, error=RecordError("damaged"))
+    out = list(join_single(records, kind))
     assert [[r.index for r in p.records] for p in out] == [[0, 1], [2], [3, 4], [5]]
     assert [p.joined for p in out] == [True, False, True, False]
     assert out[0].body == good + b"\n" + good and out[1].body == bad
@@ -166,6 +166,10 @@ def test_join_single_bounds_records_and_bytes():
     assert [len(p.records) for p in out] == [4, 4, 2]
     out = list(join_single(_singles([b"1,2"] * 10), "csv", max_records=100, max_bytes=8))
     assert [len(p.records) for p in out] == [2, 2, 2, 2, 2]  # 3 bytes and a newline each
+    # a record over MaxPayloadInMB fails as form_payloads fails it, between the runs
+    out = list(join_single(_singles([b"1,2", b"3,4", b"1,2,3,4,5", b"1,2"]), "csv", limit=5, source="k"))
+    assert [[r.index for r in p.records] for p in out] == [[0, 1], [2], [3]]
+    assert isinstance(out[1].error, PayloadTooLarge) and "k" in str(out[1].error) and out[0].error is None
     (alone,) = join_single(_singles([b"1,2"]), "csv")
     assert not alone.joined and alone.body == b"1,2"
     with pytest.raises(ValueError):
@@ -174,7 +178,7 @@ def test_join_single_bounds_records_and_bytes():
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
 def test_join_single_sends_the_rows_it_filtered_to_judge_them(kind):
-    """With an InputFilter each row is filtered once, to judge it joinable; the joined request
+    """With an InputFilter the rows are filtered once, to judge them joinable; the joined request
     carries those rows (``sent``), byte for byte what the filter makes of the joined body."""
     from tfbatch.records.join import DataProcessor
 
@@ -192,7 +196,11 @@ def test_join_single_sends_the_rows_it_filtered_to_judge_them(kind):
     assert joined.joined and joined.body == b"\n".join(rows)
     assert joined.sent == processor.filter_input(joined.body)
     assert joined.sent == (b"1.5,2\n3,4e2\n-1,0.25" if kind == "csv" else b"[1.5,2]\n[3,400.0]\n[-1,0.25]")
-    assert calls == rows  # each row filtered once
+    assert calls == [joined.body]  # filtered once, all rows in one call
+    calls.clear()
+    (first, second) = join_single(_singles(rows + [b""]), kind, sent_as=sent_as)
+    assert first.joined and first.sent == joined.sent and not second.joined
+    assert calls == rows  # a blank row spoils its group: the rows are judged one by one
     (alone,) = join_single(_singles(rows[:1]), kind, sent_as=sent_as)
     assert not alone.joined and alone.sent == processor.filter_input(rows[0])
     assert [p.sent for p in join_single(_singles(rows), kind)] == [None]  # no filter: nothing kept
@@ -280,3 +288,46 @@ def test_a_filtered_csv_row_joins_when_the_filter_leaves_it_joinable(cells, path
         assert sent is None
         return
     assert sent == (filtered if joinable(filtered, "csv") else None)
+
+
+_PIECES = ["1", "2.5", "-3e2", ",", " ", "\t", '"', "\r", "\x0c", "[", "]", "{", "}", "true", "12345678901234567",
+           '"x": ', '"instances": ', "\u2028", "\xe9", "a", "\n"]
+_GOOD = [b"1,2.5", b"a,1,-2e3", b"[1, 2.5]", b'{"x": [1, 2]}', b"  [3]", b'{"x": 1, "id": "b"}', b"4", b"b\xff,1,2"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(st.one_of(st.sampled_from(_GOOD), st.sampled_from(_GOOD), st.lists(st.sampled_from(_PIECES),
+                   max_size=6).map(lambda p: "".join(p).encode())), min_size=1, max_size=9),
+    kind=st.sampled_from(["csv", "jsonl", "json"]),
+    path=st.sampled_from([None, "$[1:]", "$[0]", "$.x", "$[*]"]),
+    max_records=st.integers(1, 4),
+)
+def test_groups_judged_at_once_join_what_line_by_line_would(lines, kind, path, max_records):
+    """A group judged on its joined bytes (``_all_joinable``, the filter once) joins exactly the
+    lines, and sends exactly the rows, that each line's own test (``_sent_if_joinable``) gives."""
+    from tfbatch.records.join import DataProcessor
+    from tfbatch.records.payloads import _sent_if_joinable
+
+    sent_as = None
+    if path is not None:
+        content_type = {"csv": "text/csv", "jsonl": "application/jsonlines", "json": "application/json"}[kind]
+        if kind == "csv" and path == "$.x":
+            path = "$[0]"
+        sent_as = DataProcessor(path, None, None, content_type, None).filter_input
+    out = list(join_single(_singles(lines), kind, max_records=max_records, sent_as=sent_as))
+    assert [r.index for p in out for r in p.records] == list(range(len(lines)))
+    own = [_sent_if_joinable(line, kind, sent_as) for line in lines]
+    for p in out:
+        if p.joined:
+            assert 1 < len(p.records) <= max_records
+            assert p.body == b"\n".join(lines[r.index] for r in p.records)
+            rows = [own[r.index] for r in p.records]
+            assert None not in rows
+            assert p.sent == (b"\n".join(rows) if sent_as else None)
+        else:
+            (record,) = p.records
+            assert p.sent == (own[record.index] if sent_as else None)
+    if None not in own:  # every line may join: groups of max_records, the last one shorter
+        assert [len(p.records) for p in out] == [min(max_records, len(lines) - i)
+                                                 for i in range(0, len(lines), max_records)]
