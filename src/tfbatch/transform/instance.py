@@ -51,7 +51,8 @@ def runtime_settings(spec: TransformSpec):
 
 
 def _freeze_heap() -> None:
-    """Leave the loaded model's objects out of every later garbage collection.
+    """Leave the loaded model's objects out of every later garbage collection, and collect
+    the young generation every ``JOB_GC_THRESHOLDS[0]`` allocations while the job runs.
 
     TensorFlow and a loaded SavedModel are a few hundred thousand Python objects that live
     as long as the job. Each full collection walks all of them, and per-record work (a
@@ -64,10 +65,13 @@ def _freeze_heap() -> None:
     """
     import gc
 
-    global _FROZEN
+    global _FROZEN, _THRESHOLDS
     with _FREEZE_LOCK:
         _FROZEN += 1
         gc.freeze()
+        if _FROZEN == 1:
+            _THRESHOLDS = gc.get_threshold()
+            gc.set_threshold(*JOB_GC_THRESHOLDS)
 
 
 def _thaw_heap() -> None:
@@ -78,14 +82,25 @@ def _thaw_heap() -> None:
     freeze, a previous job's model included: unfrozen, the collector frees it as usual."""
     import gc
 
-    global _FROZEN
+    global _FROZEN, _THRESHOLDS
     with _FREEZE_LOCK:
         _FROZEN = max(0, _FROZEN - 1)
         if _FROZEN == 0:
             gc.unfreeze()
+            if _THRESHOLDS is not None:
+                gc.set_threshold(*_THRESHOLDS)
+                _THRESHOLDS = None
 
 
 _FROZEN = 0  # open runners of this process that froze the heap
+_THRESHOLDS: tuple[int, ...] | None = None  # the process's own, while a runner is open
+# The collector's thresholds while a job runs (Python's own: 700, 10, 10). A line job's records
+# and payloads are tracked objects that live while their object is in flight (hundreds of
+# thousands of them): each collection of the older generations walked them all again, ~2 s of
+# GIL in a 13-15 s million-row CSV job (141 young and 10 full collections; gen0 alone ~0.5 s).
+# Ten thousand allocations a young collection: 9 middle and no full ones in that job, ~1.2 s
+# (benchmarks/transform/profile/single-groups.md#the-garbage-collector). Cycles are still found.
+JOB_GC_THRESHOLDS = (10_000, 10, 10)
 _FREEZE_LOCK = threading.Lock()
 
 
