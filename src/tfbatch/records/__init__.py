@@ -24,6 +24,7 @@ from tfbatch.records.payloads import (
     Payload,
     form_payloads,
     join_single,
+    joined_outputs,
     normalize_strategy,
     split_multi_response,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "frame_record",
     "iter_records",
     "join_single",
+    "joined_outputs",
     "masked_crc32c",
     "normalize_assemble_with",
     "normalize_compression",

@@ -413,6 +413,41 @@ def _cut_text(response: bytes, key: str, n: int) -> list[bytes] | None:
     return None
 
 
+def joined_outputs(response: bytes, n: int, line: bool) -> bytes | None:
+    """The outputs of the ``n`` records of a joined SingleRecord request (``join_single``),
+    as one bytes: what ``split_multi_response`` gives each, joined, each followed by a
+    newline where ``line`` (AssembleWith=Line). Cut from the answer's text in a few C calls,
+    not parsed, written again and cut per record; None where the text is not tfbatch's own
+    compact ``{"predictions": [...]}`` (or ``"results"``) of one number or one flat list of
+    numbers per record (the caller then splits it).
+
+    The text is the service's own encoding of the joint model call (no script sees a joined
+    request), and that encoder writes each row as it writes it alone: a record's part is its
+    row's text, as a SingleRecord request of its own is answered, and as the parsing split
+    writes it (property-tested against it)."""
+    for key in _ROW_KEYS:
+        head = b'{"' + key.encode() + b'":['
+        if response.startswith(head):
+            break
+    else:
+        return None
+    if not response.endswith(b"]}"):
+        return None
+    body = response[len(head):-2]
+    if b'"' in body or b"{" in body or b" " in body or b"\n" in body:
+        return None
+    tail = b"]}\n" if line else b"]}"
+    depth = body.count(b"[")
+    if depth == 0:  # numbers: "1.5,NaN,..."
+        if not body or body.count(b",") != n - 1:
+            return None
+        return head + body.replace(b",", tail + head) + tail
+    if depth == n and body.startswith(b"[") and body.endswith(b"]") and body.count(b"]") == n \
+            and body.count(b"],[") == n - 1:  # flat rows: "[1,2],[3,4]"
+        return head + body.replace(b"],[", b"]" + tail + head + b"[") + tail
+    return None
+
+
 def _split_lines(response: bytes, n: int) -> list[bytes] | None:
     # Only \n separates records (bytes.splitlines would also break on \r, \v, \x1c...).
     pieces = response.split(b"\n")

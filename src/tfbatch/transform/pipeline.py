@@ -33,6 +33,7 @@ from tfbatch.records import (
     form_payloads,
     iter_records,
     join_single,
+    joined_outputs,
     open_input,
     split_multi_response,
 )
@@ -254,6 +255,12 @@ class ObjectPipeline:
                         assembler.add(output)
                     else:
                         self._fail_record(state, assembler, record, output)
+                return
+        elif payload.joined:
+            # A joined request's answer is the service's own text: cut for all records at once.
+            block = joined_outputs(response.body, len(records), assembler.assemble_with == "Line")
+            if block is not None:
+                assembler.add_many(block, len(records))
                 return
         outputs = split_multi_response(payload, response.body)
         if outputs is None and payload.joined:

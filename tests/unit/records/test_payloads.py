@@ -331,3 +331,44 @@ def test_groups_judged_at_once_join_what_line_by_line_would(lines, kind, path, m
     if None not in own:  # every line may join: groups of max_records, the last one shorter
         assert [len(p.records) for p in out] == [min(max_records, len(lines) - i)
                                                  for i in range(0, len(lines), max_records)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(2, 6),
+    width=st.sampled_from([None, 0, 1, 3]),
+    dtype=st.sampled_from(["float32", "float64", "int64", "bool"]),
+    data=st.data(),
+    line=st.booleans(),
+)
+def test_a_joined_answer_cut_at_once_is_each_records_own_answer(n, width, dtype, data, line):
+    """``joined_outputs`` cuts the service's own answer to a joined request in one pass: each
+    record's part is byte for byte the service's answer to that record's row alone (what
+    SingleRecord answers), ended as AssembleWith ends it. (Parsing the answer and writing its
+    rows again, as ``split_multi_response`` does, spells a float32 of 1e13 to 1e16 otherwise.)"""
+    import numpy as np
+
+    from tfbatch.records.payloads import joined_outputs
+    from tfbatch.runtime import jsonenc
+    from tfbatch.tfs.codec import encode_predict
+
+    shape = (n,) if width is None else (n, width)
+    if dtype == "bool":
+        values = st.booleans()
+    elif dtype == "int64":
+        values = st.integers(-2**63, 2**63 - 1)
+    else:
+        values = st.floats(width=32 if dtype == "float32" else 64, allow_nan=True, allow_infinity=True)
+    flat = data.draw(st.lists(values, min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    arr = np.array(flat, dtype=dtype).reshape(shape)
+
+    def answer(rows):
+        return jsonenc.dumps(encode_predict({"out": rows}, "row", native=True))
+
+    block = joined_outputs(answer(arr), n, line)
+    assert block is not None, answer(arr)  # rows of numbers: cut at once
+    assert block == b"".join(answer(arr[i:i + 1]) + (b"\n" if line else b"") for i in range(n))
+    assert joined_outputs(b'{"predictions":[[1,2],[3,[4]]]}', 2, line) is None  # nested: left to the split
+    assert joined_outputs(b'{"predictions":[1,2],"other":3}', 2, line) is None
+    assert joined_outputs(b'{"predictions":[1,2,3]}', 2, line) is None  # not a row per record
+    assert joined_outputs(b'{"predictions": [1, 2]}', 2, line) is None  # not the service's compact text
