@@ -414,17 +414,16 @@ def _cut_text(response: bytes, key: str, n: int) -> list[bytes] | None:
 
 
 def joined_outputs(response: bytes, n: int, line: bool) -> bytes | None:
-    """The outputs of the ``n`` records of a joined SingleRecord request (``join_single``),
-    as one bytes: what ``split_multi_response`` gives each, joined, each followed by a
+    """The outputs of the ``n`` records of a request the service answered itself (a joined
+    SingleRecord request, or a MultiRecord payload with no script), as one bytes: each
+    record's one-row answer, what ``split_multi_response`` gives it, each followed by a
     newline where ``line`` (AssembleWith=Line). Cut from the answer's text in a few C calls,
     not parsed, written again and cut per record; None where the text is not tfbatch's own
     compact ``{"predictions": [...]}`` (or ``"results"``) of one number or one flat list of
     numbers per record (the caller then splits it).
 
-    The text is the service's own encoding of the joint model call (no script sees a joined
-    request), and that encoder writes each row as it writes it alone: a record's part is its
-    row's text, as a SingleRecord request of its own is answered, and as the parsing split
-    writes it (property-tested against it)."""
+    The service's encoder writes each row as it writes it alone, so a record's part is the
+    answer its row gets in a request of its own (property-tested), byte for byte."""
     for key in _ROW_KEYS:
         head = b'{"' + key.encode() + b'":['
         if response.startswith(head):

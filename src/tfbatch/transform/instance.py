@@ -215,6 +215,7 @@ class InstanceRunner:
         )
         self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
         self.pipeline.join_kind = join_kind(self.spec, self.stack.service, self.pipeline.processor.active)
+        self.pipeline.own_answers = self.stack.service.handlers is None
         _freeze_heap()
         self._froze = True
         return self
@@ -252,6 +253,7 @@ class InstanceRunner:
         self.ledger = Ledger.for_spec(spec, instance=self.instance)
         self.pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
         self.pipeline.join_kind = join_kind(spec, self.stack.service, self.pipeline.processor.active)
+        self.pipeline.own_answers = self.stack.service.handlers is None
         return self
 
     def _start_pool(self, handlers, init: dict) -> None:

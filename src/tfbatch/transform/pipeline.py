@@ -107,6 +107,9 @@ class ObjectPipeline:
         # Set by the instance (InstanceRunner.open) when the job's SingleRecord lines may be
         # sent many to a request (records/payloads.py join_single): "csv", "jsonl" or "json".
         self.join_kind: str | None = None
+        # Set by the instance where no script sees a request: every answer is the service's own
+        # text, which ``joined_outputs`` may cut per record without parsing it.
+        self.own_answers = False
 
     def payloads(self, records: Iterable[Record], key: str) -> Iterator[Payload]:
         """The object's request payloads, as BatchStrategy forms them (and join_single joins them)."""
@@ -256,8 +259,9 @@ class ObjectPipeline:
                     else:
                         self._fail_record(state, assembler, record, output)
                 return
-        elif payload.joined:
-            # A joined request's answer is the service's own text: cut for all records at once.
+        elif len(records) > 1 and (payload.joined or self.own_answers):
+            # The answer is the service's own text (a joined request or no script): cut for all
+            # records at once.
             block = joined_outputs(response.body, len(records), assembler.assemble_with == "Line")
             if block is not None:
                 assembler.add_many(block, len(records))
