@@ -1,8 +1,9 @@
 """Records: split input objects, form request payloads, filter/join, assemble outputs.
 
 Pure-Python building blocks the batch-transform engine calls once per input object:
-``open_input`` -> ``iter_records`` -> ``form_payloads`` -> (model) ->
-``split_multi_response`` -> ``DataProcessor.process_output`` -> ``Assembler``.
+``open_input`` -> ``iter_records`` -> ``form_payloads`` (or ``join_single`` for SingleRecord
+lines) -> (model) -> ``split_multi_response`` (or ``joined_outputs``, for an answer the service
+wrote itself) -> ``DataProcessor.process_output`` -> ``Assembler``.
 """
 
 from tfbatch.records.assemble import Assembler, error_line, normalize_assemble_with
