@@ -448,3 +448,26 @@ def test_csv_join_of_a_payload_of_other_answers_joins_each_row_as_alone(response
         fast = dp.join_payload(rows, response)
         assert fast is not None
         assert [o if type(o) is bytes else type(o) for o in fast] == _row_by_row(dp, rows, response)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    features=st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-2**70, 2**70)
+                      | st.text(max_size=3) | st.none() | st.booleans(), max_size=6),
+    nan=st.booleans(),
+)
+def test_json_input_filter_sends_the_values_the_exact_path_sends(features, nan):
+    """A JSON Lines InputFilter writes what orjson read with orjson (any spelling of the same
+    values); a row only the standard library reads (NaN, a long integer) the exact way. The
+    model is sent the same values either way."""
+    from tfbatch.runtime import jsonenc
+
+    row = {"id": "a\u00e9", "features": features + ([float("nan")] if nan else [])}
+    line = json.dumps(row).encode()
+    dp = DataProcessor("$.features", None, None, "application/jsonlines", None)
+    sent = dp.filter_input(line)
+    exact = jsonenc.compact_dumps(json.loads(line)["features"])
+    if nan:
+        assert sent == exact  # only the standard library reads NaN: written the exact way
+    else:
+        assert json.loads(sent) == json.loads(exact)
