@@ -453,7 +453,8 @@ def test_csv_join_of_a_payload_of_other_answers_joins_each_row_as_alone(response
 @settings(max_examples=300, deadline=None)
 @given(
     features=st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-2**70, 2**70)
-                      | st.text(max_size=3) | st.none() | st.booleans(), max_size=6),
+                      | st.text(max_size=3) | st.sampled_from(["\u2028", "\x85", "\u00e9"]) | st.none()
+                      | st.booleans(), max_size=6),
     nan=st.booleans(),
 )
 def test_json_input_filter_sends_the_values_the_exact_path_sends(features, nan):
@@ -471,3 +472,6 @@ def test_json_input_filter_sends_the_values_the_exact_path_sends(features, nan):
         assert sent == exact  # only the standard library reads NaN: written the exact way
     else:
         assert json.loads(sent) == json.loads(exact)
+    assert sent.isascii()  # a raw U+2028 or NEL would split the row for the JSON Lines reader
+    line_break = dp.filter_input(json.dumps({"features": ["a\u2028b", "\x85"]}, ensure_ascii=False).encode())
+    assert line_break == b'["a\\u2028b","\\u0085"]'
