@@ -152,17 +152,10 @@ def joinable(data: bytes, kind: str) -> bool:
     ``csv``: no quotes (a quote can run across lines) and no ``\r``; ``jsonl``: no line break
     the JSON Lines reader would split at; ``json``: that, and one instance to the default
     handling (:func:`_one_json_instance`). Neither may hold ``true``/``false`` (booleans become
-    numbers beside numbers) or a 16-digit integer.
+    numbers beside numbers) or a 16-digit integer. A line holding a newline of its own is not.
+    The same checks judge a group of lines at once (:func:`_all_joinable`).
     """
-    if not data.strip(_BLANK + (b"," if kind == "csv" else b"")) or _long_integer(data):
-        return False  # a blank line would shorten the joined answer: it would only cost a rerun
-    if kind == "csv":
-        return b'"' not in data and b"\r" not in data
-    if kind == "json" and not _one_json_instance(data):
-        return False
-    if b"true" in data or b"false" in data:
-        return False
-    return not any(mark in data for mark in _LINE_BREAKS)
+    return _all_joinable(data, 1, kind)
 
 
 def _long_integer(data: bytes) -> bool:
@@ -236,7 +229,7 @@ def _join_group(group: list[Record], kind: str, sent_as: Callable[[bytes], bytes
     run: list[Record] = []
     sents: list[bytes] = []
     for record in group:
-        one = _sent_if_joinable(record.data, kind, sent_as)
+        one = _group_sent(record.data, 1, kind, sent_as)
         if one is not None:
             run.append(record)
             sents.append(one)
@@ -252,14 +245,15 @@ def _join_group(group: list[Record], kind: str, sent_as: Callable[[bytes], bytes
 
 def _group_sent(body: bytes, n: int, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bytes | None:
     """What ``body``, ``n`` lines joined by newlines, is sent as when every line may join (and
-    each, after ``sent_as``, still may), else None: what :func:`_sent_if_joinable` finds line
-    by line, found for all lines at once."""
+    each, after ``sent_as``, still may), else None; a line alone is judged as ``n`` = 1. No check
+    can match across the newline between two lines, so a group passes exactly when each of its
+    lines passes alone."""
     if not _all_joinable(body, n, kind):
         return None
     if sent_as is None:
         return body
     if kind == "csv" and not is_utf8(body):
-        return None
+        return None  # the filter reads a joined request's rows as UTF-8 text: alone, as before
     try:
         if kind == "json":  # an application/json line is one document: filtered alone
             sent = b"\n".join([sent_as(line) for line in body.split(b"\n")])
@@ -267,7 +261,9 @@ def _group_sent(body: bytes, n: int, kind: str, sent_as: Callable[[bytes], bytes
             sent = sent_as(body)
     except TfbatchError:
         return None
-    if kind == "csv":  # whole cells of joinable rows: only a blank row can spoil them
+    if kind == "csv":
+        # The InputFilter keeps whole cells of joinable rows, each with its own bytes between
+        # commas: no quote, carriage return or 16-digit integer can appear; a row may be blank.
         return sent if sent.count(b"\n") == n - 1 and not _blank_line(sent, b",") else None
     return sent if _all_joinable(sent, n, kind) else None
 
@@ -275,7 +271,7 @@ def _group_sent(body: bytes, n: int, kind: str, sent_as: Callable[[bytes], bytes
 def _all_joinable(body: bytes, n: int, kind: str) -> bool:
     """Whether each of the ``n`` lines joined by newlines into ``body`` is :func:`joinable`,
     judged on ``body`` once: no check can match across the newline between two lines, and a
-    line holding a newline of its own is left to the line-by-line test (False)."""
+    line holding a newline of its own is not joinable."""
     if body.count(b"\n") != n - 1 or _blank_line(body, b"," if kind == "csv" else b"") or _long_integer(body):
         return False
     if kind == "csv":
@@ -288,25 +284,6 @@ def _all_joinable(body: bytes, n: int, kind: str) -> bool:
 def _blank_line(body: bytes, also: bytes) -> bool:
     """Whether some line of ``body`` holds only blanks (and bytes of ``also``, b"," or b"")."""
     return _BLANK_LINE[also].search(b"\n" + body + b"\n") is not None
-
-
-def _sent_if_joinable(body: bytes, kind: str, sent_as: Callable[[bytes], bytes] | None) -> bytes | None:
-    """What ``body`` is sent as (after ``sent_as``) when it may join others, else None."""
-    if not joinable(body, kind):
-        return None
-    if sent_as is None:
-        return body
-    if kind == "csv" and not is_utf8(body):
-        return None  # the filter reads a joined request's rows as UTF-8 text: alone, as before
-    try:
-        sent = sent_as(body)
-    except TfbatchError:
-        return None
-    if kind == "csv":
-        # The InputFilter keeps whole cells of a joinable row, each with its own bytes between
-        # commas: no quote, carriage return or 16-digit integer can appear; it may be blank.
-        return sent if sent.strip(_BLANK + b",") else None
-    return sent if joinable(sent, kind) else None
 
 
 def _joined(run: list[Record], sents: list[bytes], content_type: str | None, filtered: bool) -> Payload:

@@ -213,9 +213,7 @@ class InstanceRunner:
             content_type=self.spec.content_type,
             accept=self.spec.accept,
         )
-        self.pipeline = ObjectPipeline(self.spec, self.invoker, self.ledger)
-        self.pipeline.join_kind = join_kind(self.spec, self.stack.service, self.pipeline.processor.active)
-        self.pipeline.own_answers = self.stack.service.handlers is None
+        self.pipeline = self._pipeline(self.spec)
         _freeze_heap()
         self._froze = True
         return self
@@ -251,10 +249,15 @@ class InstanceRunner:
         self.spec = spec
         set_job_options(kms_key_id=spec.kms_key_id)
         self.ledger = Ledger.for_spec(spec, instance=self.instance)
-        self.pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
-        self.pipeline.join_kind = join_kind(spec, self.stack.service, self.pipeline.processor.active)
-        self.pipeline.own_answers = self.stack.service.handlers is None
+        self.pipeline = self._pipeline(spec)
         return self
+
+    def _pipeline(self, spec: TransformSpec) -> ObjectPipeline:
+        """The job's last stage, told what the service lets it take short cuts on."""
+        pipeline = ObjectPipeline(spec, self.invoker, self.ledger)
+        pipeline.join_kind = join_kind(spec, self.stack.service, pipeline.processor.active)
+        pipeline.own_answers = self.stack.service.handlers is None
+        return pipeline
 
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""

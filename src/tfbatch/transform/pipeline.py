@@ -259,9 +259,9 @@ class ObjectPipeline:
                     else:
                         self._fail_record(state, assembler, record, output)
                 return
-        elif len(records) > 1 and (payload.joined or self.own_answers):
-            # The answer is the service's own text (a joined request or no script): cut for all
-            # records at once.
+        elif len(records) > 1 and self.own_answers:
+            # No script: the answer is the service's own text (a joined request's too, as only
+            # a job with no script joins), cut for all records at once.
             block = joined_outputs(response.body, len(records), assembler.assemble_with == "Line")
             if block is not None:
                 assembler.add_many(block, len(records))

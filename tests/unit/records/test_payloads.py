@@ -227,6 +227,7 @@ def test_a_row_that_is_not_utf8_is_not_joined_under_a_filter():
     (b"1234567890123456.5,1", "csv", True),
     (b'"a,b",1', "csv", False),                     # a quote may run across lines
     (b"1,2\r", "csv", False),
+    (b"1,2\n3,4", "csv", False),                   # a newline of its own: two rows where one is expected
     (b"", "csv", False),
     (b"   ", "csv", False),                         # blank: would shorten the joined answer
     (b" , ,", "csv", False),
@@ -274,11 +275,11 @@ def test_a_filtered_csv_row_joins_when_the_filter_leaves_it_joinable(cells, path
     # What a joinable row's InputFilter leaves is judged by a shorter test than joinable():
     # it must decide the same.
     from tfbatch.records import DataProcessor
-    from tfbatch.records.payloads import _sent_if_joinable
+    from tfbatch.records.payloads import _group_sent
 
     row = ",".join(cells).encode()
     dp = DataProcessor(path, None, None, "text/csv", None)
-    sent = _sent_if_joinable(row, "csv", dp.filter_input)
+    sent = _group_sent(row, 1, "csv", dp.filter_input)
     if not joinable(row, "csv"):
         assert sent is None
         return
@@ -305,9 +306,9 @@ _GOOD = [b"1,2.5", b"a,1,-2e3", b"[1, 2.5]", b'{"x": [1, 2]}', b"  [3]", b'{"x":
 )
 def test_groups_judged_at_once_join_what_line_by_line_would(lines, kind, path, max_records):
     """A group judged on its joined bytes (``_all_joinable``, the filter once) joins exactly the
-    lines, and sends exactly the rows, that each line's own test (``_sent_if_joinable``) gives."""
+    lines, and sends exactly the rows, that each line's own test (``_group_sent`` of one line) gives."""
     from tfbatch.records.join import DataProcessor
-    from tfbatch.records.payloads import _sent_if_joinable
+    from tfbatch.records.payloads import _group_sent
 
     sent_as = None
     if path is not None:
@@ -317,7 +318,7 @@ def test_groups_judged_at_once_join_what_line_by_line_would(lines, kind, path, m
         sent_as = DataProcessor(path, None, None, content_type, None).filter_input
     out = list(join_single(_singles(lines), kind, max_records=max_records, sent_as=sent_as))
     assert [r.index for p in out for r in p.records] == list(range(len(lines)))
-    own = [_sent_if_joinable(line, kind, sent_as) for line in lines]
+    own = [_group_sent(line, 1, kind, sent_as) for line in lines]
     for p in out:
         if p.joined:
             assert 1 < len(p.records) <= max_records
