@@ -126,9 +126,28 @@ class DataProcessor:
             else:
                 out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
                        else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
+        elif len(units) > 1:
+            return self._filter_json_rows(record_data, units, trailing)
         else:
             out = [self._filter_json(u) for u in units]
         return _rejoin(out, trailing)
+
+    def _filter_json_rows(self, record_data: bytes, units: list[bytes], trailing: bool) -> bytes:
+        """``_filter_json`` of each of a record's JSON Lines rows, judged once for all of them
+        where that gives the same bytes: no row may hold a long integer (one scan of the record,
+        not one a row), every row must parse and hold what the InputFilter names, and the
+        filtered text must be ASCII (checked on the rejoined body). Anything else, and any row
+        that fails, is judged row by row, which also words the error."""
+        if not jsonenc.has_long_digits(record_data):
+            loads, dumps, apply = orjson.loads, orjson.dumps, self.input_path.apply
+            try:
+                body = _rejoin([dumps(apply(loads(u))) for u in units], trailing)
+            except (orjson.JSONDecodeError, TypeError, InvalidInput):
+                pass
+            else:
+                if body.isascii():
+                    return body
+        return _rejoin([self._filter_json(u) for u in units], trailing)
 
     def _filter_json(self, unit: bytes) -> bytes:
         """A JSON record's part the InputFilter keeps. The model is sent the same values, not
@@ -220,6 +239,8 @@ class DataProcessor:
             cut = self._join_csv_numbers(rows, answers)
             if cut is not None:
                 return cut
+        elif not jsonenc.has_long_digits(b"\n".join(rows)):
+            return self._join_json_rows(rows, key, answers)
         out: list[bytes | TfbatchError] = []
         for row, answer in zip(rows, answers):
             try:
@@ -255,6 +276,38 @@ class DataProcessor:
                 out.append(self._plain_joined(row, tail, bool(tail)))
             except TfbatchError as exc:
                 out.append(exc)
+        return out
+
+    def _join_json_rows(self, rows: list[bytes], key: str, answers: list) -> list[bytes | TfbatchError]:
+        """``_join_value`` of JSON Lines rows none of which holds a long integer (so orjson reads
+        each as the standard library would, or refuses it): each row read once by orjson, the
+        joined values written by ``compact_dumps_many`` (the exact spelling, checked once for
+        the payload). A row orjson refuses (NaN, or not JSON) goes the row-by-row way, which
+        reads it or words its error."""
+        loads, apply = orjson.loads, self.output_path.apply
+        out: list[Any] = []
+        values: list[Any] = []
+        at: list[int] = []
+        for row, answer in zip(rows, answers):
+            value = {key: [answer]}
+            try:
+                try:
+                    source = loads(row)
+                except orjson.JSONDecodeError:
+                    out.append(self._join_value(row, JSON, value))
+                    continue
+                if isinstance(source, dict):
+                    joined: Any = {**source, "SageMakerOutput": value}
+                else:
+                    joined = {"SageMakerInput": source, "SageMakerOutput": value}
+                values.append(apply(joined))
+            except TfbatchError as exc:
+                out.append(exc)
+                continue
+            at.append(len(out))
+            out.append(None)
+        for i, text in zip(at, jsonenc.compact_dumps_many(values)):
+            out[i] = text
         return out
 
     def _plain_joined(self, row: bytes, tail: bytes, columns: bool) -> bytes:

@@ -74,6 +74,8 @@ class JsonPath:
         self.definite = all(isinstance(s, (_Key, _Keys, _Index)) for s in steps)
         # CSV rows are arrays: only index-like steps can apply to them.
         self.index_only = all(isinstance(s, (_Index, _Union, _Wildcard)) for s in steps)
+        # ``$.key``, the usual InputFilter of JSON records: one dict lookup, not the step loop.
+        self._key = steps[0].name if len(steps) == 1 and isinstance(steps[0], _Key) else None
 
     def __repr__(self) -> str:
         return f"JsonPath({self.expr!r})"
@@ -91,6 +93,8 @@ class JsonPath:
             return None
 
     def apply(self, value: Any) -> Any:
+        if self._key is not None and type(value) is dict and self._key in value:
+            return value[self._key]
         nodes = [value]
         definite = True
         for step in self.steps:

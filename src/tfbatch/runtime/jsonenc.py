@@ -56,10 +56,29 @@ def compact_dumps(value: Any) -> bytes:
         out = orjson.dumps(value, option=_PASS)
     except TypeError:  # orjson.JSONEncodeError included
         out = None
-    if (out is not None and out.isascii() and b"\x7f" not in out and b"null" not in out
-            and b"e-" not in out and b"0.0000" not in out):
+    if out is not None and _spelled_alike(out):
         return out
     return _COMPACT.encode(value).encode()
+
+
+def _spelled_alike(out: bytes) -> bool:
+    """Whether orjson's text ``out`` is what the standard library writes (``compact_dumps``)."""
+    return (out.isascii() and b"\x7f" not in out and b"null" not in out and b"e-" not in out
+            and b"0.0000" not in out)
+
+
+def compact_dumps_many(values: list) -> list[bytes]:
+    """``[compact_dumps(v) for v in values]``, with orjson's text checked once for all of them
+    (on the texts joined by newlines, which none of the checked words holds): ~1 us a value
+    less on the rows of a JSON Lines join."""
+    dumps = orjson.dumps
+    try:
+        outs = [dumps(v, option=_PASS) for v in values]
+    except TypeError:
+        return [compact_dumps(v) for v in values]
+    if _spelled_alike(b"\n".join(outs)):
+        return outs
+    return [out if _spelled_alike(out) else _COMPACT.encode(v).encode() for out, v in zip(outs, values)]
 
 
 def _with_non_finite_tokens(arr: np.ndarray, finite: np.ndarray) -> bytes:

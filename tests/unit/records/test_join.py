@@ -475,3 +475,30 @@ def test_json_input_filter_sends_the_values_the_exact_path_sends(features, nan):
     assert sent.isascii()  # a raw U+2028 or NEL would split the row for the JSON Lines reader
     line_break = dp.filter_input(json.dumps({"features": ["a\u2028b", "\x85"]}, ensure_ascii=False).encode())
     assert line_break == b'["a\\u2028b","\\u0085"]'
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.dictionaries(st.sampled_from(["id", "features", "a"]), _JSON_VALUES, max_size=3)
+                  .map(lambda v: json.dumps(v, ensure_ascii=False).encode())
+                  | _JSON_VALUES.map(lambda v: json.dumps(v).encode())
+                  | st.sampled_from([b"{", b"x", b'{"features":[1]}\r', b'{"features":NaN}',
+                                     b'{"features":"\\u2028"}', b'{"features":123456789012345678901}']),
+                  min_size=2, max_size=6),
+    path=st.sampled_from(["$.features", "$.id", "$['id','features']", "$[0]", "$.*", "$.features[1:]"]),
+    trailing=st.booleans(),
+)
+def test_json_input_filter_of_a_payload_sends_what_each_row_alone_sends(rows, path, trailing):
+    """A MultiRecord payload of JSON Lines is filtered once for all its rows where that gives
+    the same bytes as filtering each row alone; a row that fails fails the payload as alone."""
+    dp = DataProcessor(path, None, None, "application/jsonlines", None)
+    payload = b"\n".join(rows) + (b"\n" if trailing else b"")
+    units = [u for u in (ln[:-1] if ln.endswith(b"\r") else ln for ln in payload.split(b"\n")) if u]
+    try:
+        alone = [dp.filter_input(u) for u in units]
+    except InvalidInput:
+        with pytest.raises(InvalidInput):
+            dp.filter_input(payload)
+        return
+    expected = alone[0] if len(alone) == 1 else b"\n".join(alone) + (b"\n" if trailing else b"")
+    assert dp.filter_input(payload) == expected
