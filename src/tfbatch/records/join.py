@@ -219,11 +219,15 @@ class DataProcessor:
             text = b"\n".join(rows)
             if not all(rows) or text.count(b"\n") != n - 1 or b'"' in text or b"\r" in text or not is_utf8(text):
                 return None
-        elif self.in_kind == JSONL:
-            # Each record one line, as _units finds it (a carriage return at its end dropped).
-            rows = [row[:-1] if row.endswith(b"\r") else row for row in rows]
-            if any(not row or b"\n" in row for row in rows):
-                return None
+        else:
+            text = b"\n".join(rows)
+            if self.in_kind == JSONL:
+                # Each record one line, as _units finds it (a carriage return at its end dropped).
+                if b"\r" in text:
+                    rows = [row[:-1] if row.endswith(b"\r") else row for row in rows]
+                    text = b"\n".join(rows)
+                if not all(rows) or text.count(b"\n") != n - 1:
+                    return None
         if b"NaN" in response or b"Infinity" in response:
             return None
         try:
@@ -239,7 +243,7 @@ class DataProcessor:
             cut = self._join_csv_numbers(rows, answers)
             if cut is not None:
                 return cut
-        elif not jsonenc.has_long_digits(b"\n".join(rows)):
+        elif not jsonenc.has_long_digits(text):
             return self._join_json_rows(rows, key, answers)
         out: list[bytes | TfbatchError] = []
         for row, answer in zip(rows, answers):
@@ -283,24 +287,31 @@ class DataProcessor:
         each as the standard library would, or refuses it): each row read once by orjson, the
         joined values written by ``compact_dumps_many`` (the exact spelling, checked once for
         the payload). A row orjson refuses (NaN, or not JSON) goes the row-by-row way, which
-        reads it or words its error."""
+        reads it or words its error, and so does a row the OutputFilter fails on."""
         loads, apply = orjson.loads, self.output_path.apply
+        try:
+            sources: list[Any] = [loads(row) for row in rows]
+        except orjson.JSONDecodeError:
+            sources = [_UNREAD_ROW] * len(rows)
+        else:
+            try:  # the usual payload: every row read, and the OutputFilter holds for each
+                return jsonenc.compact_dumps_many(
+                    [apply(_joined(source, {key: [answer]})) for source, answer in zip(sources, answers)])
+            except TfbatchError:
+                pass
         out: list[Any] = []
         values: list[Any] = []
         at: list[int] = []
-        for row, answer in zip(rows, answers):
+        for row, source, answer in zip(rows, sources, answers):
             value = {key: [answer]}
             try:
-                try:
-                    source = loads(row)
-                except orjson.JSONDecodeError:
-                    out.append(self._join_value(row, JSON, value))
-                    continue
-                if isinstance(source, dict):
-                    joined: Any = {**source, "SageMakerOutput": value}
-                else:
-                    joined = {"SageMakerInput": source, "SageMakerOutput": value}
-                values.append(apply(joined))
+                if source is _UNREAD_ROW:
+                    try:
+                        source = loads(row)
+                    except orjson.JSONDecodeError:
+                        out.append(self._join_value(row, JSON, value))
+                        continue
+                values.append(apply(_joined(source, value)))
             except TfbatchError as exc:
                 out.append(exc)
                 continue
@@ -342,12 +353,7 @@ class DataProcessor:
             else:
                 row.extend(value)
             return _dump_csv(self.output_path.apply(row))
-        source = self._load(unit)
-        if isinstance(source, dict):
-            joined: Any = {**source, "SageMakerOutput": value}
-        else:
-            joined = {"SageMakerInput": source, "SageMakerOutput": value}
-        return _dump_json(self.output_path.apply(joined))
+        return _dump_json(self.output_path.apply(_joined(self._load(unit), value)))
 
     def _load_output(self, output: bytes) -> tuple[str, Any]:
         kind = self.out_kind or JSON
@@ -527,6 +533,16 @@ def _units(data: bytes, kind: str | None) -> tuple[list[bytes], bool]:
 def _plain_csv_line(data: bytes) -> bool:
     """A non-empty single CSV row without quoting, where splitting on commas is exact."""
     return bool(data) and b'"' not in data and b"\n" not in data and b"\r" not in data
+
+
+_UNREAD_ROW = object()  # a row of a payload some row of which orjson refused: read it alone
+
+
+def _joined(source: Any, value: Any) -> Any:
+    """JoinSource=Input of a JSON record read as ``source`` and its answer read as ``value``."""
+    if isinstance(source, dict):
+        return {**source, "SageMakerOutput": value}
+    return {"SageMakerInput": source, "SageMakerOutput": value}
 
 
 def _rejoin(units: list[bytes], trailing: bool) -> bytes:

@@ -76,6 +76,8 @@ class JsonPath:
         self.index_only = all(isinstance(s, (_Index, _Union, _Wildcard)) for s in steps)
         # ``$.key``, the usual InputFilter of JSON records: one dict lookup, not the step loop.
         self._key = steps[0].name if len(steps) == 1 and isinstance(steps[0], _Key) else None
+        # ``$['id','SageMakerOutput']``, the usual OutputFilter of a JSON join: one dict built.
+        self._keys = steps[0].names if len(steps) == 1 and isinstance(steps[0], _Keys) else None
 
     def __repr__(self) -> str:
         return f"JsonPath({self.expr!r})"
@@ -93,8 +95,11 @@ class JsonPath:
             return None
 
     def apply(self, value: Any) -> Any:
-        if self._key is not None and type(value) is dict and self._key in value:
-            return value[self._key]
+        if type(value) is dict:
+            if self._key is not None and self._key in value:
+                return value[self._key]
+            if self._keys is not None:
+                return {k: value[k] for k in self._keys if k in value}
         nodes = [value]
         definite = True
         for step in self.steps:

@@ -98,6 +98,8 @@ def test_invalid_syntax_names_expression_and_forms(expr, reason):
     "expr, value, message",
     [
         ("$.nope", DOC, "expected key 'nope', found an object with keys"),
+        ("$.id", ROW, "expected key 'id', found an array"),
+        ("$['id','SageMakerOutput']", ROW, "expected keys \\['id', 'SageMakerOutput'\\]"),
         ("$[10]", ROW, "expected index 10, found an array of 6 elements"),
         ("$[1,10]", ROW, "index 10 is outside an array of 6 elements"),
         ("$[0]", DOC, "expected index 0, found an object"),
