@@ -296,7 +296,9 @@ class DataProcessor:
         else:
             try:  # the usual payload: every row read, and the OutputFilter holds for each
                 return jsonenc.compact_dumps_many(
-                    [apply(_joined(source, {key: [answer]})) for source, answer in zip(sources, answers)])
+                    [apply({**source, "SageMakerOutput": {key: [answer]}} if isinstance(source, dict)
+                           else {"SageMakerInput": source, "SageMakerOutput": {key: [answer]}})
+                     for source, answer in zip(sources, answers)])  # _joined, inline
             except TfbatchError:
                 pass
         out: list[Any] = []

@@ -98,8 +98,12 @@ class JsonPath:
         if type(value) is dict:
             if self._key is not None and self._key in value:
                 return value[self._key]
-            if self._keys is not None:
-                return {k: value[k] for k in self._keys if k in value}
+            if self._keys is not None:  # a loop, not a comprehension: no function made per call
+                picked = {}
+                for k in self._keys:
+                    if k in value:
+                        picked[k] = value[k]
+                return picked
         nodes = [value]
         definite = True
         for step in self.steps:
