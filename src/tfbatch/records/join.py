@@ -79,6 +79,11 @@ class DataProcessor:
         identity = self.input_path.is_identity and self.output_path.is_identity
         self.active = self.join or not identity
         self._in_picks, self._out_picks = _CsvPicks(self.input_path), _CsvPicks(self.output_path)
+        # A JSON Lines join whose InputFilter reads every row and whose OutputFilter picks top-level
+        # keys: the filter keeps those keys of each row it read (``filter_keeping``), so the join
+        # need not read the row again.
+        self._kept_keys = (self.output_path.top_keys if self.join and self.in_kind == JSONL
+                           and not self.input_path.is_identity else None)
         if not self.active:
             return
         if self.in_kind is None:
@@ -127,27 +132,41 @@ class DataProcessor:
                 out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
                        else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
         elif len(units) > 1:
-            return self._filter_json_rows(record_data, units, trailing)
+            return self._filter_json_rows(record_data, units, trailing)[0]
         else:
             out = [self._filter_json(u) for u in units]
         return _rejoin(out, trailing)
 
-    def _filter_json_rows(self, record_data: bytes, units: list[bytes], trailing: bool) -> bytes:
+    def filter_keeping(self, record_data: bytes) -> tuple[bytes, list | None]:
+        """``filter_input``, and, where the rows were read on the way and the join needs only
+        some top-level keys of each (``_kept_keys``), those keys of each row (objects of them;
+        a row that is no object is kept whole) for ``join_payload``: the row is read once."""
+        if self._kept_keys is None:
+            return self.filter_input(record_data), None
+        units, trailing = _units(record_data, self.in_kind)
+        if len(units) < 2:
+            return self.filter_input(record_data), None
+        return self._filter_json_rows(record_data, units, trailing, keep=True)
+
+    def _filter_json_rows(self, record_data: bytes, units: list[bytes], trailing: bool, keep: bool = False
+                          ) -> tuple[bytes, list | None]:
         """``_filter_json`` of each of a record's JSON Lines rows, judged once for all of them
         where that gives the same bytes: no row may hold a long integer (one scan of the record,
         not one a row), every row must parse and hold what the InputFilter names, and the
         filtered text must be ASCII (checked on the rejoined body). Anything else, and any row
-        that fails, is judged row by row, which also words the error."""
+        that fails, is judged row by row, which also words the error. With ``keep``, the rows'
+        ``_kept_keys`` too, where they were all read here."""
         if not jsonenc.has_long_digits(record_data):
             loads, dumps, apply = orjson.loads, orjson.dumps, self.input_path.apply
             try:
-                body = _rejoin([dumps(apply(loads(u))) for u in units], trailing)
+                values = [loads(u) for u in units]
+                body = _rejoin([dumps(apply(v)) for v in values], trailing)
             except (orjson.JSONDecodeError, TypeError, InvalidInput):
                 pass
             else:
                 if body.isascii():
-                    return body
-        return _rejoin([self._filter_json(u) for u in units], trailing)
+                    return body, [_kept(v, self._kept_keys) for v in values] if keep else None
+        return _rejoin([self._filter_json(u) for u in units], trailing), None
 
     def _filter_json(self, unit: bytes) -> bytes:
         """A JSON record's part the InputFilter keeps. The model is sent the same values, not
@@ -199,7 +218,8 @@ class DataProcessor:
         joined = [self._join_one(u, o) for u, o in zip(units, outputs)]
         return _rejoin(joined, trailing)
 
-    def join_payload(self, rows: list[bytes], response: bytes) -> list[bytes | TfbatchError] | None:
+    def join_payload(self, rows: list[bytes], response: bytes, kept: list | None = None
+                     ) -> list[bytes | TfbatchError] | None:
         """``process_output`` of each of a MultiRecord payload's ``rows`` with its row of the
         payload's JSON ``response``, for all of them at once; None where that does not apply (the
         caller then splits the response per record and joins row by row, which gives the same
@@ -209,7 +229,8 @@ class DataProcessor:
         one row per record and no NaN or Infinity, and to rows that are one line each (CSV:
         plain). Row by row, that answer was read, written again per record, and each record's
         part read back (benchmarks/transform/profile/csv-join.md); here it is read once, and
-        each row joined with ``{key: [its answer]}``, what its part read back gave.
+        each row joined with ``{key: [its answer]}``, what its part read back gave. ``kept``: what
+        ``filter_keeping`` kept of each row, where it read them (the rows are not read again).
         """
         n = len(rows)
         if not self.join or n < 2 or self.in_kind is None or response[:64].lstrip()[:1] != b"{":
@@ -243,7 +264,11 @@ class DataProcessor:
             cut = self._join_csv_numbers(rows, answers)
             if cut is not None:
                 return cut
-        elif not jsonenc.has_long_digits(text):
+        elif kept is not None and len(kept) == n:
+            cut = self._join_kept(kept, key, answers)
+            if cut is not None:
+                return cut
+        if self.in_kind != CSV and not jsonenc.has_long_digits(text):
             return self._join_json_rows(rows, key, answers)
         out: list[bytes | TfbatchError] = []
         for row, answer in zip(rows, answers):
@@ -281,6 +306,19 @@ class DataProcessor:
             except TfbatchError as exc:
                 out.append(exc)
         return out
+
+    def _join_kept(self, kept: list, key: str, answers: list) -> list[bytes] | None:
+        """The join of rows of which ``kept`` holds the keys the OutputFilter may pick; None
+        where the filter fails on some row (the rows are then read again, and that row's error
+        names the keys the whole row has)."""
+        apply = self.output_path.apply
+        try:
+            return jsonenc.compact_dumps_many(
+                [apply({**part, "SageMakerOutput": {key: [answer]}} if isinstance(part, dict)
+                       else {"SageMakerInput": part, "SageMakerOutput": {key: [answer]}})
+                 for part, answer in zip(kept, answers)])
+        except TfbatchError:
+            return None
 
     def _join_json_rows(self, rows: list[bytes], key: str, answers: list) -> list[bytes | TfbatchError]:
         """``_join_value`` of JSON Lines rows none of which holds a long integer (so orjson reads
@@ -535,6 +573,14 @@ def _units(data: bytes, kind: str | None) -> tuple[list[bytes], bool]:
 def _plain_csv_line(data: bytes) -> bool:
     """A non-empty single CSV row without quoting, where splitting on commas is exact."""
     return bool(data) and b'"' not in data and b"\n" not in data and b"\r" not in data
+
+
+def _kept(source: Any, keys: tuple[str, ...]) -> Any:
+    """What a JSON join whose OutputFilter picks only ``keys`` needs of the row read as
+    ``source``: those of its keys it has (an object), or all of it (anything else)."""
+    if isinstance(source, dict):
+        return {k: source[k] for k in keys if k in source}
+    return source
 
 
 _UNREAD_ROW = object()  # a row of a payload some row of which orjson refused: read it alone

@@ -79,6 +79,14 @@ class JsonPath:
         # ``$['id','SageMakerOutput']``, the usual OutputFilter of a JSON join: one dict built.
         self._keys = steps[0].names if len(steps) == 1 and isinstance(steps[0], _Keys) else None
 
+    @property
+    def top_keys(self) -> tuple[str, ...] | None:
+        """The keys a path of one key step (``$.a``, ``$['a','b']``) picks from an object; None
+        for any other path."""
+        if self._key is not None:
+            return (self._key,)
+        return self._keys
+
     def __repr__(self) -> str:
         return f"JsonPath({self.expr!r})"
 

@@ -41,6 +41,8 @@ class Payload:
     # The body after DataProcessing's InputFilter, where join_single already made it (to
     # judge the record joinable): the request is not filtered a second time.
     sent: bytes | None = None
+    # What the InputFilter kept of each row for the join, where it read them (filter_keeping).
+    kept: list | None = None
 
     @property
     def first_index(self) -> int:

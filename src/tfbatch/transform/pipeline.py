@@ -251,7 +251,7 @@ class ObjectPipeline:
             return
         if self.processor.active:
             # The whole payload joined in one pass, where its answer allows (join.py).
-            rows_out = self.processor.join_payload([r.data for r in records], response.body)
+            rows_out = self.processor.join_payload([r.data for r in records], response.body, payload.kept)
             if rows_out is not None:
                 for record, output in zip(records, rows_out):
                     if type(output) is bytes:
@@ -297,7 +297,10 @@ class ObjectPipeline:
         """What the model is sent for ``payload``: its body after the InputFilter."""
         if payload.sent is not None:
             return payload.sent  # filtered already, row by row, when its rows were joined
-        return self.processor.filter_input(payload.body) if self.processor.active else payload.body
+        if not self.processor.active:
+            return payload.body
+        body, payload.kept = self.processor.filter_keeping(payload.body)
+        return body
 
     def _process_output(self, record_data: bytes, output: bytes) -> bytes:
         if not self.processor.active:

@@ -502,3 +502,65 @@ def test_json_input_filter_of_a_payload_sends_what_each_row_alone_sends(rows, pa
         return
     expected = alone[0] if len(alone) == 1 else b"\n".join(alone) + (b"\n" if trailing else b"")
     assert dp.filter_input(payload) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.fixed_dictionaries({"features": _JSON_VALUES},
+                                        optional={"id": _JSON_VALUES, "SageMakerOutput": _JSON_VALUES, "b": _JSON_VALUES})
+                  .map(lambda v: json.dumps(v).encode()),
+                  min_size=2, max_size=6)
+    | st.lists(st.dictionaries(st.sampled_from(["id", "features", "SageMakerOutput", "b"]), _JSON_VALUES, max_size=4)
+               .map(lambda v: json.dumps(v).encode())
+               | _JSON_VALUES.map(lambda v: json.dumps(v).encode())
+               | st.sampled_from([b"{", b'{"features":[1]}\r', b'{"features":NaN}', b'{"id":123456789012345678901}']),
+               min_size=2, max_size=6),
+    answers=st.data(),
+    in_path=st.sampled_from(["$.features", "$['id','features']", "$.*"]),
+    out_path=st.sampled_from(["$.id", "$['id','SageMakerOutput']", "$.SageMakerOutput", "$['SageMakerInput']",
+                              "$['b','id','missing']", "$.missing"]),
+)
+def test_json_join_of_what_the_input_filter_kept_writes_what_reading_each_row_writes(rows, answers, in_path, out_path):
+    """Where the InputFilter read every row of a JSON Lines payload, it keeps the keys the
+    OutputFilter may pick, and the join works from those: the same bytes as the join that reads
+    each row (errors included), which the test also holds to the row-by-row join."""
+    dp = DataProcessor(in_path, out_path, "Input", "application/jsonlines", None)
+    response = json.dumps({"predictions": answers.draw(st.lists(_JSON_VALUES, min_size=len(rows), max_size=len(rows)))}).encode()
+    payload = b"\n".join(rows) + b"\n"
+    try:
+        body, kept = dp.filter_keeping(payload)
+    except InvalidInput:
+        with pytest.raises(InvalidInput):
+            dp.filter_input(payload)
+        return
+    assert body == dp.filter_input(payload)
+    records = [r[:-1] if r.endswith(b"\r") else r for r in rows]
+    fast = dp.join_payload(records, response, kept)
+    assert fast is not None or dp.join_payload(records, response) is None
+    if fast is None:
+        return
+    assert [o if type(o) is bytes else str(o) for o in fast] == [
+        o if type(o) is bytes else str(o) for o in dp.join_payload(records, response)]
+    as_types = [o if type(o) is bytes else type(o) for o in fast]
+    if b"NaN" not in response and b"Infinity" not in response:
+        assert as_types == _row_by_row(dp, records, response)
+    if kept is not None:
+        assert len(kept) == len(rows) and b"NaN" not in payload
+
+
+def test_the_input_filter_keeps_only_the_keys_the_join_picks():
+    dp = DataProcessor("$.features", "$['id','SageMakerOutput']", "Input", "application/jsonlines", None)
+    rows = [b'{"id":"a","features":[1.5,2]}', b'{"features":[3],"id":7,"x":1}', b"[4]"]
+    body, kept = dp.filter_keeping(b"\n".join(rows[:2]) + b"\n")
+    assert body == b"[1.5,2]\n[3]\n" and kept == [{"id": "a"}, {"id": 7}]
+    out = dp.join_payload(rows[:2], b'{"predictions":[[0.5],[0.25]]}', kept)
+    assert out == [b'{"id":"a","SageMakerOutput":{"predictions":[[0.5]]}}',
+                   b'{"id":7,"SageMakerOutput":{"predictions":[[0.25]]}}']
+    # A row that is no object: the InputFilter fails on it, so nothing is kept for the payload.
+    with pytest.raises(InvalidInput):
+        dp.filter_keeping(b"\n".join(rows))
+    # Nothing kept where the join needs whole rows, or where the filter reads none.
+    assert DataProcessor("$.features", None, "Input", "application/jsonlines", None).filter_keeping(
+        b"\n".join(rows[:2]))[1] is None
+    assert DataProcessor(None, "$.id", "Input", "application/jsonlines", None).filter_keeping(
+        b"\n".join(rows[:2]))[1] is None
