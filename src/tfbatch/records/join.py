@@ -139,8 +139,8 @@ class DataProcessor:
 
     def filter_keeping(self, record_data: bytes) -> tuple[bytes, list | None]:
         """``filter_input``, and, where the rows were read on the way and the join needs only
-        some top-level keys of each (``_kept_keys``), those keys of each row (objects of them;
-        a row that is no object is kept whole) for ``join_payload``: the row is read once."""
+        some top-level keys of each (``_kept_keys``), what it needs of each row (``_kept``) for
+        ``join_payload``: the row is read once."""
         if self._kept_keys is None:
             return self.filter_input(record_data), None
         units, trailing = _units(record_data, self.in_kind)
@@ -577,10 +577,11 @@ def _plain_csv_line(data: bytes) -> bool:
 
 def _kept(source: Any, keys: tuple[str, ...]) -> Any:
     """What a JSON join whose OutputFilter picks only ``keys`` needs of the row read as
-    ``source``: those of its keys it has (an object), or all of it (anything else)."""
+    ``source``: those of its keys it has (an object); anything else is joined as
+    ``SageMakerInput``, so all of it where that key is picked, else nothing (None)."""
     if isinstance(source, dict):
         return {k: source[k] for k in keys if k in source}
-    return source
+    return source if "SageMakerInput" in keys else None
 
 
 _UNREAD_ROW = object()  # a row of a payload some row of which orjson refused: read it alone

@@ -559,6 +559,19 @@ def test_the_input_filter_keeps_only_the_keys_the_join_picks():
     # A row that is no object: the InputFilter fails on it, so nothing is kept for the payload.
     with pytest.raises(InvalidInput):
         dp.filter_keeping(b"\n".join(rows))
+    # Rows that are no objects are joined as SageMakerInput: kept whole only where that is picked.
+    arrays = [b"[1,2]", b"[3]"]
+    picks_input = DataProcessor("$[0]", "$['SageMakerInput','SageMakerOutput']", "Input", "application/jsonlines", None)
+    body, kept = picks_input.filter_keeping(b"\n".join(arrays))
+    assert body == b"1\n3" and kept == [[1, 2], [3]]
+    assert picks_input.join_payload(arrays, b'{"predictions":[5,6]}', kept) == [
+        b'{"SageMakerInput":[1,2],"SageMakerOutput":{"predictions":[5]}}',
+        b'{"SageMakerInput":[3],"SageMakerOutput":{"predictions":[6]}}']
+    picks_output = DataProcessor("$[0]", "$.SageMakerOutput", "Input", "application/jsonlines", None)
+    body, kept = picks_output.filter_keeping(b"\n".join(arrays))
+    assert kept == [None, None]
+    assert picks_output.join_payload(arrays, b'{"predictions":[5,6]}', kept) == [
+        b'{"predictions":[5]}', b'{"predictions":[6]}']
     # Nothing kept where the join needs whole rows, or where the filter reads none.
     assert DataProcessor("$.features", None, "Input", "application/jsonlines", None).filter_keeping(
         b"\n".join(rows[:2]))[1] is None
