@@ -157,6 +157,30 @@ def test_json_join_adds_sagemaker_output(tmp_path, linear_model):
                                linear_expected(np.array([[4, 5, 6]], np.float32))[0], rtol=1e-5)
 
 
+def test_json_lines_join_of_a_payload_writes_what_single_records_write(tmp_path, linear_model):
+    """A MultiRecord JSON Lines payload is filtered and joined a payload at a time, each row read
+    once (records/join.py, filter_keeping): the same bytes as the job sent SingleRecord, and a
+    row the InputFilter fails on costs that row alone."""
+    good = [{"id": f"r{i}", "features": [i, i + 0.5, -i]} for i in range(40)]
+    bad = good[:5] + [{"id": "no-features"}] + good[5:9]
+    inp = _write(tmp_path / "in", {"good.jsonl": _jsonl(good), "bad.jsonl": _jsonl(bad)})
+    common = dict(model=str(linear_model), input=str(inp), split_type="Line", content_type="application/jsonlines",
+                  accept="application/jsonlines", assemble_with="Line", input_filter="$.features",
+                  join_source="Input", output_filter="$['id','SageMakerOutput']", on_error="continue")
+    multi = run_transform(output=str(tmp_path / "multi"), batch_strategy="MultiRecord", max_payload_mb=1, **common)
+    single = run_transform(output=str(tmp_path / "single"), batch_strategy="SingleRecord", **common)
+    assert multi.failed_records == single.failed_records == 1
+    for name in ("good.jsonl.out", "bad.jsonl.out"):
+        assert (tmp_path / "multi" / name).read_bytes() == (tmp_path / "single" / name).read_bytes()
+    got = [json.loads(line) for line in (tmp_path / "multi" / "good.jsonl.out").read_text().splitlines()]
+    assert [g["id"] for g in got] == [r["id"] for r in good] and all(set(g) == {"id", "SageMakerOutput"} for g in got)
+    np.testing.assert_allclose([g["SageMakerOutput"]["predictions"][0] for g in got],
+                               linear_expected(np.array([r["features"] for r in good], np.float32)), rtol=1e-5)
+    lines = [json.loads(line) for line in (tmp_path / "multi" / "bad.jsonl.out").read_text().splitlines()]
+    assert [g.get("id") for g in lines] == [r["id"] if "features" in r else None for r in bad]
+    assert "expected key 'features'" in lines[5]["error"] and lines[5]["record"] == 5
+
+
 def test_gzip_input_matches_plain_input(tmp_path, linear_model):
     plain = _write(tmp_path / "plain", {"a.jsonl": _jsonl(ROWS)})
     gz = _write(tmp_path / "gz", {"a.jsonl": gzip.compress(_jsonl(ROWS))})
