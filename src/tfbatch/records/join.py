@@ -120,21 +120,18 @@ class DataProcessor:
             # Hot path for millions of simple rows: pick columns as bytes, no decoding.
             return self._pick_plain(record_data)
         units, trailing = _units(record_data, self.in_kind)
-        if self.in_kind == CSV:
-            # Rows of a record holding several (or of SingleRecord lines sent as one request):
-            # a plain row is picked as bytes too, once it is known to be UTF-8, as parsing it
-            # would have checked. A payload of ASCII without quotes or carriage returns is all
-            # plain rows (the usual MultiRecord payload of numbers), checked once for all.
-            if units[0] and record_data.isascii() and b'"' not in record_data and b"\r" not in record_data:
-                pick = self._pick_plain
-                out = [pick(u) for u in units]
-            else:
-                out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
-                       else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
-        elif len(units) > 1:
+        if self.in_kind != CSV:
             return self._filter_json_rows(record_data, units, trailing)[0]
+        # Rows of a record holding several (or of SingleRecord lines sent as one request):
+        # a plain row is picked as bytes too, once it is known to be UTF-8, as parsing it
+        # would have checked. A payload of ASCII without quotes or carriage returns is all
+        # plain rows (the usual MultiRecord payload of numbers), checked once for all.
+        if units[0] and record_data.isascii() and b'"' not in record_data and b"\r" not in record_data:
+            pick = self._pick_plain
+            out = [pick(u) for u in units]
         else:
-            out = [self._filter_json(u) for u in units]
+            out = [self._pick_plain(u) if _plain_csv_line(u) and _utf8(u) is not None
+                   else _dump_csv(self.input_path.apply(_load_csv(u))) for u in units]
         return _rejoin(out, trailing)
 
     def filter_keeping(self, record_data: bytes) -> tuple[bytes, list | None]:
@@ -144,8 +141,6 @@ class DataProcessor:
         if self._kept_keys is None:
             return self.filter_input(record_data), None
         units, trailing = _units(record_data, self.in_kind)
-        if len(units) < 2:
-            return self.filter_input(record_data), None
         return self._filter_json_rows(record_data, units, trailing, keep=True)
 
     def _filter_json_rows(self, record_data: bytes, units: list[bytes], trailing: bool, keep: bool = False
@@ -155,8 +150,10 @@ class DataProcessor:
         not one a row), every row must parse and hold what the InputFilter names, and the
         filtered text must be ASCII (checked on the rejoined body). Anything else, and any row
         that fails, is judged row by row, which also words the error. With ``keep``, the rows'
-        ``_kept_keys`` too, where they were all read here."""
-        if not jsonenc.has_long_digits(record_data):
+        ``_kept_keys`` too, where they were all read here. A record of one row is that row
+        filtered alone (nothing kept: its join is a row's own).
+        """
+        if len(units) > 1 and not jsonenc.has_long_digits(record_data):
             loads, dumps, apply = orjson.loads, orjson.dumps, self.input_path.apply
             try:
                 values = [loads(u) for u in units]
@@ -235,20 +232,18 @@ class DataProcessor:
         n = len(rows)
         if not self.join or n < 2 or self.in_kind is None or response[:64].lstrip()[:1] != b"{":
             return None
+        text = b"\n".join(rows)
         if self.in_kind == CSV:
             # Every row plain and UTF-8, judged on the rows joined once (benchmarks/transform/profile/single-groups.md).
-            text = b"\n".join(rows)
             if not all(rows) or text.count(b"\n") != n - 1 or b'"' in text or b"\r" in text or not is_utf8(text):
                 return None
-        else:
-            text = b"\n".join(rows)
-            if self.in_kind == JSONL:
-                # Each record one line, as _units finds it (a carriage return at its end dropped).
-                if b"\r" in text:
-                    rows = [row[:-1] if row.endswith(b"\r") else row for row in rows]
-                    text = b"\n".join(rows)
-                if not all(rows) or text.count(b"\n") != n - 1:
-                    return None
+        elif self.in_kind == JSONL:
+            # Each record one line, as _units finds it (a carriage return at its end dropped).
+            if b"\r" in text:
+                rows = [row[:-1] if row.endswith(b"\r") else row for row in rows]
+                text = b"\n".join(rows)
+            if not all(rows) or text.count(b"\n") != n - 1:
+                return None
         if b"NaN" in response or b"Infinity" in response:
             return None
         try:
@@ -265,7 +260,7 @@ class DataProcessor:
             if cut is not None:
                 return cut
         elif kept is not None and len(kept) == n:
-            cut = self._join_kept(kept, key, answers)
+            cut = self._join_read(kept, key, answers)
             if cut is not None:
                 return cut
         if self.in_kind != CSV and not jsonenc.has_long_digits(text):
@@ -307,16 +302,16 @@ class DataProcessor:
                 out.append(exc)
         return out
 
-    def _join_kept(self, kept: list, key: str, answers: list) -> list[bytes] | None:
-        """The join of rows of which ``kept`` holds the keys the OutputFilter may pick; None
-        where the filter fails on some row (the rows are then read again, and that row's error
-        names the keys the whole row has)."""
+    def _join_read(self, sources: list, key: str, answers: list) -> list[bytes] | None:
+        """The join of rows already read, each whole or as the keys the OutputFilter may pick
+        (``filter_keeping``); None where the OutputFilter fails on some row (the rows are then
+        read again row by row, and that row's error names the keys the whole row has)."""
         apply = self.output_path.apply
         try:
             return jsonenc.compact_dumps_many(
-                [apply({**part, "SageMakerOutput": {key: [answer]}} if isinstance(part, dict)
-                       else {"SageMakerInput": part, "SageMakerOutput": {key: [answer]}})
-                 for part, answer in zip(kept, answers)])
+                [apply({**source, "SageMakerOutput": {key: [answer]}} if isinstance(source, dict)
+                       else {"SageMakerInput": source, "SageMakerOutput": {key: [answer]}})
+                 for source, answer in zip(sources, answers)])  # _joined, inline
         except TfbatchError:
             return None
 
@@ -332,13 +327,9 @@ class DataProcessor:
         except orjson.JSONDecodeError:
             sources = [_UNREAD_ROW] * len(rows)
         else:
-            try:  # the usual payload: every row read, and the OutputFilter holds for each
-                return jsonenc.compact_dumps_many(
-                    [apply({**source, "SageMakerOutput": {key: [answer]}} if isinstance(source, dict)
-                           else {"SageMakerInput": source, "SageMakerOutput": {key: [answer]}})
-                     for source, answer in zip(sources, answers)])  # _joined, inline
-            except TfbatchError:
-                pass
+            cut = self._join_read(sources, key, answers)  # the usual payload: every row read
+            if cut is not None:
+                return cut
         out: list[Any] = []
         values: list[Any] = []
         at: list[int] = []
