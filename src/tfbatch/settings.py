@@ -123,6 +123,8 @@ class EnvironmentValues(pydantic.BaseModel):
     eager_keras: Bool = _var("TFBATCH_EAGER_KERAS")
     # runtime/exit.end: keep Python's full teardown at exit once TensorFlow is imported (about 1 s)
     full_exit: Bool = _var("TFBATCH_FULL_EXIT")
+    # handlers/user_code.py: leave an inference.py's json.dumps/json.loads as the standard library's
+    stdlib_json: Bool = _var("TFBATCH_STDLIB_JSON")
     auth_token: Token = _var("TFBATCH_AUTH_TOKEN")
     auth_token_file: Text = _var("TFBATCH_AUTH_TOKEN_FILE")
     ray_address: Text = _var("TFBATCH_RAY_ADDRESS")

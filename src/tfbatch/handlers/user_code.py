@@ -3,12 +3,20 @@
 The script is imported once per process as module ``inference``, with ``code/lib`` (vendored
 dependencies) and ``code/`` itself on ``sys.path``. ``code/requirements.txt`` is installed only
 when the user asks for it: tfbatch never reaches the network behind the user's back.
+
+Once imported, the script's own ``json.dumps`` and ``json.loads`` (through ``import json`` or
+``from json import dumps, loads``) write and read through orjson wherever that gives the
+standard library's exact text and values (``runtime/jsonenc.dumps_like_stdlib``): the JSON of
+TF Serving's ``"instances"`` is most of a typical script's CPU. ``TFBATCH_STDLIB_JSON=1``
+leaves the script's names alone.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +26,7 @@ from types import ModuleType
 from typing import Callable
 
 from tfbatch.errors import DependencyMissing, HandlerError
+from tfbatch.runtime.jsonenc import dumps_like_stdlib, loads_like_stdlib
 from tfbatch.tfs.serving_apis import provide_tensorflow_serving
 
 log = logging.getLogger(__name__)
@@ -99,8 +108,38 @@ def load_module(script: Path) -> ModuleType:
         except Exception as exc:
             sys.modules.pop(MODULE_NAME, None)
             raise HandlerError(f"importing handler script {script} failed: {type(exc).__name__}: {exc}") from exc
+        if not _stdlib_json_asked():
+            _use_fast_json(module)
         _loaded[script] = module
         return module
+
+
+def _stdlib_json_asked(env=os.environ) -> bool:
+    """``TFBATCH_STDLIB_JSON`` is true (read here, not through ``settings``: a handler worker
+    process does not import pydantic; ``settings.EnvironmentValues`` checks the value)."""
+    return env.get("TFBATCH_STDLIB_JSON", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _script_json_module() -> ModuleType:
+    """A module like ``json`` whose ``dumps``/``loads`` are the orjson-backed look-alikes; every
+    other name (``dump``, ``JSONDecodeError``, ``JSONEncoder``, ...) is the standard library's."""
+    module = ModuleType("json", json.__doc__)
+    module.__dict__.update({k: v for k, v in vars(json).items() if k not in ("__name__", "__doc__")})
+    module.dumps, module.loads = dumps_like_stdlib, loads_like_stdlib
+    return module
+
+
+_SCRIPT_JSON = _script_json_module()
+
+
+def _use_fast_json(module: ModuleType) -> None:
+    """Point the script's globals that are ``json``, ``json.dumps`` or ``json.loads`` at their
+    look-alikes (the standard library itself is left as it is, for everyone else)."""
+    swaps = {id(json): _SCRIPT_JSON, id(json.dumps): dumps_like_stdlib, id(json.loads): loads_like_stdlib}
+    namespace = vars(module)
+    for name, value in list(namespace.items()):
+        if id(value) in swaps:  # the very object: both it and the module are alive
+            namespace[name] = swaps[id(value)]
 
 
 def load_handlers(script: Path, *, install: bool = False) -> UserHandlers:

@@ -63,8 +63,10 @@ def compact_dumps(value: Any) -> bytes:
 
 def _spelled_alike(out: bytes) -> bool:
     """Whether orjson's text ``out`` is what the standard library writes (``compact_dumps``)."""
-    return (out.isascii() and b"\x7f" not in out and b"null" not in out and b"e-" not in out
-            and b"0.0000" not in out)
+    # One-byte searches first (memchr, ~0.05 ns a byte): a text of numbers holds no "l" and,
+    # if no negative number, no "-"; the two-byte searches take ~0.6 ns a byte.
+    return (out.isascii() and b"\x7f" not in out and (b"l" not in out or b"null" not in out)
+            and (b"-" not in out or b"e-" not in out) and b"0.0000" not in out)
 
 
 def compact_dumps_many(values: list) -> list[bytes]:
@@ -213,3 +215,71 @@ def loads(data: bytes | str) -> Any:
     except RecursionError:  # nesting orjson refused too: report it as bad JSON, never a crash
         text = data if isinstance(data, str) else data.decode("utf-8", "replace")
         raise json.JSONDecodeError("arrays/objects nested too deeply", text, 0) from None
+
+
+# ``json.dumps``'s keyword arguments at their defaults: a call that passes only these (and
+# ``separators``, below) gets the standard library's text from orjson.
+_DUMPS_DEFAULTS = {"skipkeys": False, "ensure_ascii": True, "check_circular": True, "allow_nan": True,
+                   "cls": None, "indent": None, "default": None, "sort_keys": False}
+
+
+def _separators(kwargs: dict) -> str | None:
+    """The layout a ``json.dumps(value, **kwargs)`` call asks for -- "spaced" (the default, ``", "``
+    and ``": "``) or "compact" (``separators=(",", ":")``) -- or None for any other call."""
+    layout = "spaced"
+    for name, value in kwargs.items():
+        if name == "separators":
+            if value is None:
+                continue
+            if type(value) not in (tuple, list) or len(value) != 2:
+                return None
+            pair = tuple(value)
+            if pair == (",", ":"):
+                layout = "compact"
+            elif pair != (", ", ": "):
+                return None
+        elif name not in _DUMPS_DEFAULTS or value is not _DUMPS_DEFAULTS[name]:
+            return None
+    return layout
+
+
+def dumps_like_stdlib(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps(obj, **kwargs)``: the same text (or the same exception), written by orjson
+    where it writes the standard library's text: ~5-10x sooner on numbers, the bulk of what
+    an ``inference.py`` sends to TF Serving (``json.dumps({"instances": pixels.tolist()})``:
+    ~6 ms of a 64x64x3 image's floats against ~0.5).
+
+    orjson is asked only for the default layout or ``separators=(",", ":")`` with every other
+    argument at its default; its text is kept only where ``compact_dumps`` keeps it (no NaN,
+    non-ASCII character, negative exponent or tiny number; the standard library's types alone:
+    subclasses, datetimes and dataclasses go to the standard library, as do integers beyond
+    64 bits and keys that are not strings). For the default layout, spaces go after each comma
+    and colon outside strings, found by splitting at quotes, so a text holding a backslash
+    (an escape) is left to the standard library too. One difference remains: an ``enum.Enum``
+    member that is not also an int or str, and a ``uuid.UUID``, are refused by the standard
+    library (TypeError) and written by orjson (the member's value; the UUID's text).
+    """
+    layout = _separators(kwargs) if kwargs else "spaced"
+    if layout is not None:
+        try:
+            out = orjson.dumps(obj, option=_PASS)
+        except TypeError:  # orjson.JSONEncodeError included: a value the standard library may write
+            out = None
+        if out is not None and _spelled_alike(out):
+            if layout == "compact":
+                return out.decode("ascii")
+            if b"\\" not in out:
+                parts = out.split(b'"')
+                parts[::2] = [part.replace(b",", b", ").replace(b":", b": ") for part in parts[::2]]
+                return b'"'.join(parts).decode("ascii")
+    return json.dumps(obj, **kwargs)
+
+
+def loads_like_stdlib(s: Any, **kwargs: Any) -> Any:
+    """``json.loads(s, **kwargs)``: the same value (or the same exception), read by orjson where
+    it reads the same (``fast_loads``) -- a str, bytes or bytearray and no keyword argument."""
+    if not kwargs and type(s) in (str, bytes, bytearray):
+        value = fast_loads(s)
+        if value is not UNREAD:
+            return value
+    return json.loads(s, **kwargs)

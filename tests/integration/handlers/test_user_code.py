@@ -101,3 +101,44 @@ def test_requirements_installed_only_when_asked(write_script, tmp_path):
     finally:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], check=False)
         sys.modules.pop(name, None)
+
+
+_JSON_SCRIPT = """
+    import json
+    import json as js
+    from json import dumps, loads, JSONDecodeError
+
+    def input_handler(data, context):
+        return json.dumps({"instances": loads(data.read())})
+
+    def output_handler(response, context):
+        return js.dumps(json.loads(response.content), separators=(",", ":")), "application/json"
+
+    def names():
+        return json, js, dumps, loads, JSONDecodeError
+"""
+
+
+def test_a_scripts_json_writes_and_reads_through_the_look_alikes(write_script, tmp_path, monkeypatch):
+    import json
+
+    from tfbatch.runtime.jsonenc import dumps_like_stdlib, loads_like_stdlib
+
+    monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
+    module = load_module(write_script(tmp_path / "code", _JSON_SCRIPT))
+    mod_json, js, dumps, loads, error = module.names()
+    assert mod_json is js and mod_json is not json  # the script's own name, not the module
+    assert (mod_json.dumps, mod_json.loads, dumps, loads) == (dumps_like_stdlib, loads_like_stdlib) * 2
+    assert error is json.JSONDecodeError and mod_json.JSONDecodeError is json.JSONDecodeError
+    assert mod_json.dump is json.dump and mod_json.JSONEncoder is json.JSONEncoder
+    assert json.dumps is not dumps_like_stdlib  # the standard library itself is untouched
+    rows = [[0.1, 1 / 3, -2.5e-7], [1e16, 0.0, 7]]
+    assert mod_json.dumps({"instances": rows}) == json.dumps({"instances": rows})
+
+
+def test_stdlib_json_leaves_a_scripts_json_alone(write_script, tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")
+    module = load_module(write_script(tmp_path / "code", _JSON_SCRIPT))
+    assert module.names() == (json, json, json.dumps, json.loads, json.JSONDecodeError)

@@ -135,3 +135,94 @@ def test_fast_loads_leaves_long_integers_to_the_standard_library_in_large_bodies
             assert jsonenc.loads(text) == value
     plain = {"instances": [{"b64": image}] * 3}
     assert jsonenc.fast_loads(json.dumps(plain)) == plain  # no number in it: read by orjson
+
+
+# ---- dumps_like_stdlib / loads_like_stdlib: an inference.py's json.dumps / json.loads ----
+
+_KEYS = st.text(alphabet=st.sampled_from('ab ,:"\\é\x7f\x01'), max_size=4)
+_SCRIPT_VALUES = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True, allow_infinity=True)
+    | st.floats(min_value=-1e-3, max_value=1e-3) | st.floats(width=32).map(float)
+    | st.integers(min_value=-2**70, max_value=2**70) | st.text(max_size=6) | _KEYS,
+    lambda inner: st.lists(inner, max_size=5) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=30,
+)
+_LAYOUTS = ({}, {"separators": (",", ":")}, {"separators": [", ", ": "]}, {"separators": None},
+            {"ensure_ascii": True, "allow_nan": True, "sort_keys": False})
+
+
+@settings(max_examples=400, deadline=None)
+@given(_SCRIPT_VALUES)
+def test_dumps_like_stdlib_writes_the_standard_librarys_text(value):
+    for kwargs in _LAYOUTS:
+        assert jsonenc.dumps_like_stdlib(value, **kwargs) == json.dumps(value, **kwargs), kwargs
+
+
+def _outcome(call, *args, **kwargs):
+    try:
+        return "value", call(*args, **kwargs)
+    except Exception as exc:  # the same exception, type and words, is the contract
+        return "raised", type(exc), str(exc)
+
+
+def test_dumps_like_stdlib_on_what_orjson_writes_otherwise_or_refuses():
+    from collections import OrderedDict, namedtuple
+    from dataclasses import dataclass
+    from datetime import date
+    from enum import IntEnum
+
+    class Flag(IntEnum):
+        ON = 1
+
+    class Text(str):
+        pass
+
+    @dataclass
+    class Point:
+        x: int
+
+    cycle: list = []
+    cycle.append(cycle)
+    values = [
+        {"instances": [[0.1, 1e-05, 2.5e-7, 1e16, -0.0, 5e-324]]}, [float("nan"), float("-inf")],
+        ["é", "\u2028", "\x7f", 'a"b', "c\\d", "e,f: g"], {1: 2, None: 3, 2.5: True}, [2**64, -2**63 - 1],
+        OrderedDict(a=1), [np.float64(0.25), np.float32(0.5)], Flag.ON, [Text("x")], namedtuple("P", "a b")(1, 2),
+        Point(1), date(2026, 1, 1), {1, 2}, b"bytes", cycle, {"deep": [[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]},
+    ]
+    for value in values:
+        for kwargs in _LAYOUTS + ({"sort_keys": True}, {"indent": 2}, {"ensure_ascii": False},
+                                  {"separators": (",", ": ")}, {"allow_nan": False}, {"default": str}):
+            assert _outcome(jsonenc.dumps_like_stdlib, value, **kwargs) == _outcome(json.dumps, value, **kwargs), \
+                (value, kwargs)
+    nested = [1]
+    for _ in range(300):  # deeper than orjson goes (254)
+        nested = [nested]
+    assert jsonenc.dumps_like_stdlib(nested) == json.dumps(nested)
+
+
+def test_dumps_like_stdlib_takes_orjsons_text_for_a_tf_serving_request():
+    # what the fast path is for; that it is taken is seen from its speed in the benchmarks,
+    # here only that the text is the standard one for a request of float32 pixels
+    pixels = (np.arange(64 * 64 * 3, dtype=np.float32).reshape(64, 64, 3) % 256) / 255.0
+    body = {"instances": [pixels.tolist()]}
+    assert jsonenc.dumps_like_stdlib(body) == json.dumps(body)
+    assert jsonenc.dumps_like_stdlib(body, separators=(",", ":")) == json.dumps(body, separators=(",", ":"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PADDED)
+def test_loads_like_stdlib_reads_the_standard_librarys_value(value):
+    text = json.dumps(value)
+    for data in (text, text.encode(), bytearray(text.encode())):
+        assert typed(jsonenc.loads_like_stdlib(data)) == typed(json.loads(text))
+
+
+def test_loads_like_stdlib_raises_what_the_standard_library_raises():
+    from decimal import Decimal
+
+    for data in ("", "[1,", "{'a': 1}", '{"a": NaN}', "[Infinity]", "[" + "9" * 30 + "]", '"\\ud800"',
+                 b"\xef\xbb\xbf[1]", "[1] x", "\ufeff[1]", '[1.5e400]', memoryview(b"[1]"), 12, None,
+                 "[1]".encode("utf-16"), b"\xff"):
+        assert _outcome(jsonenc.loads_like_stdlib, data) == _outcome(json.loads, data), data
+    assert jsonenc.loads_like_stdlib("[1.5]", parse_float=Decimal) == [Decimal("1.5")]
