@@ -5,7 +5,8 @@ dependencies) and ``code/`` itself on ``sys.path``. ``code/requirements.txt`` is
 when the user asks for it: tfbatch never reaches the network behind the user's back.
 
 Once imported, the script's own ``json.dumps`` and ``json.loads`` (through ``import json`` or
-``from json import dumps, loads``) write and read through orjson wherever that gives the
+``from json import dumps, loads``; in the script and in the modules of ``code/`` and
+``code/lib`` it imported) write and read through orjson wherever that gives the
 standard library's exact text and values (``runtime/jsonenc.dumps_like_stdlib``): the JSON of
 TF Serving's ``"instances"`` is most of a typical script's CPU. ``TFBATCH_STDLIB_JSON=1``
 leaves the script's names alone.
@@ -109,7 +110,8 @@ def load_module(script: Path) -> ModuleType:
             sys.modules.pop(MODULE_NAME, None)
             raise HandlerError(f"importing handler script {script} failed: {type(exc).__name__}: {exc}") from exc
         if not _stdlib_json_asked():
-            _use_fast_json(module)
+            for imported in _modules_under(code_dir):  # the script and its own modules (code/, code/lib/)
+                _use_fast_json(imported)
         _loaded[script] = module
         return module
 
@@ -118,6 +120,13 @@ def _stdlib_json_asked(env=os.environ) -> bool:
     """``TFBATCH_STDLIB_JSON`` is true (read here, not through ``settings``: a handler worker
     process does not import pydantic; ``settings.EnvironmentValues`` checks the value)."""
     return env.get("TFBATCH_STDLIB_JSON", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _modules_under(folder: Path) -> list[ModuleType]:
+    """The imported modules whose source file lies in ``folder`` or below it."""
+    root = str(folder) + os.sep
+    return [m for m in list(sys.modules.values())
+            if isinstance(getattr(m, "__file__", None), str) and m.__file__.startswith(root)]
 
 
 def _script_json_module() -> ModuleType:

@@ -142,3 +142,25 @@ def test_stdlib_json_leaves_a_scripts_json_alone(write_script, tmp_path, monkeyp
     monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")
     module = load_module(write_script(tmp_path / "code", _JSON_SCRIPT))
     assert module.names() == (json, json, json.dumps, json.loads, json.JSONDecodeError)
+
+
+def test_the_scripts_own_modules_get_the_look_alikes_too(write_script, tmp_path, monkeypatch):
+    import json
+
+    from tfbatch.runtime.jsonenc import dumps_like_stdlib
+
+    monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
+    code = tmp_path / "code"
+    (code / "lib" / "vendored_json_tfb").mkdir(parents=True)
+    (code / "lib" / "vendored_json_tfb" / "__init__.py").write_text("from json import dumps\n")
+    (code / "helper_json_tfb.py").write_text("import json\n")
+    module = load_module(write_script(code, """
+        import helper_json_tfb
+        import vendored_json_tfb
+        import requests
+    """))
+    assert module.helper_json_tfb.json.dumps is dumps_like_stdlib
+    assert module.vendored_json_tfb.dumps is dumps_like_stdlib
+    # a library outside code/ keeps its own json, and so does the standard library
+    assert sys.modules["requests.compat"].json in (json, sys.modules.get("simplejson"))
+    assert json.dumps is not dumps_like_stdlib
