@@ -401,7 +401,7 @@ def encode_predict(
     sizes = {k: (a.shape[0] if a.ndim else None) for k, a in arrays.items()}
     if any(s is None for s in sizes.values()) or len(set(sizes.values())) > 1:
         raise errors.ModelError(
-            f"outputs must share a leading batch dimension to be returned as 'predictions', got "
+            "outputs must share a leading batch dimension to be returned as 'predictions', got "
             + ", ".join(f"{k}: {list(arrays[k].shape)}" for k in keys)
             + "; send the request in columnar format ('inputs') instead"
         )
