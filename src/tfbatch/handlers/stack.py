@@ -33,6 +33,10 @@ class ServiceStack:
                 from tfbatch.handlers import local_rest
 
                 local_rest.unregister(self.endpoints.rest_port)
+            if self.endpoints.grpc_port is not None:
+                from tfbatch.handlers import local_grpc
+
+                local_grpc.unregister(self.endpoints.grpc_port)
             self.endpoints.stop()
         self.model_server.close()
         self.artifact.cleanup()  # the extracted archive, when open_artifact made a temp folder
@@ -83,6 +87,10 @@ def build_stack(
 
         handlers = None
         if artifact.inference_script is not None:
+            if loopback:
+                from tfbatch.handlers import local_grpc
+
+                local_grpc.install()  # before the import: the script's own name for insecure_channel
             handlers = load_handlers(artifact.inference_script, install=install_requirements)
             log.info("loaded %s (%s mode)", artifact.inference_script, handlers.mode)
             if on_script is not None:
@@ -97,6 +105,11 @@ def build_stack(
             endpoints = LoopbackEndpoints(
                 model_server, grpc_max_message_bytes=grpc_max_message_bytes, token=loopback_token
             ).start()
+            if handlers.mode == "handler" and endpoints.grpc_port is not None:
+                # The handler's gRPC calls to context.grpc_port in this process skip the socket.
+                from tfbatch.handlers import local_grpc
+
+                local_grpc.register(endpoints.grpc_port, endpoints.grpc_methods, grpc_max_message_bytes, endpoints)
         service = InferenceService(
             model_server,
             handlers,

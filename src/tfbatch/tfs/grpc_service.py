@@ -327,3 +327,30 @@ def start_grpc_server(
         raise OSError(f"cannot bind the gRPC server to {host}:{port}")
     server.start()
     return server, bound
+
+
+class _MethodTable:
+    """What the generated ``add_*Servicer_to_server`` functions need of a server, keeping the
+    method handlers they register by full method name (``/package.Service/Method``)."""
+
+    def __init__(self) -> None:
+        self.methods: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass  # the same handlers arrive by name below
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.methods.update({f"/{service}/{name}": handler for name, handler in handlers.items()})
+
+
+def method_handlers(
+    model_server: Any, *, max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES, timeout_s: float | None = None
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The handlers ``start_grpc_server`` serves (PredictionService, ModelService) by full method
+    name, with the same servicers and limits, for callers in this process that skip the socket
+    (``handlers/local_grpc.py``)."""
+    table = _MethodTable()
+    service = PredictionService(model_server, max_request_bytes=max_request_bytes, timeout_s=timeout_s)
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(service, table)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelService(model_server), table)
+    return table.methods

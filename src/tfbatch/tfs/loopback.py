@@ -19,7 +19,12 @@ from typing import Any
 
 import uvicorn
 
-from tfbatch.tfs.grpc_service import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_MAX_REQUEST_BYTES, start_grpc_server
+from tfbatch.tfs.grpc_service import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    method_handlers,
+    start_grpc_server,
+)
 from tfbatch.tfs.loopback_auth import LoopbackAuthInterceptor, LoopbackAuthMiddleware, LoopbackGuard
 from tfbatch.tfs.rest import tfs_app
 
@@ -114,6 +119,7 @@ class LoopbackEndpoints:
         self.grpc_workers = grpc_workers
         self.rest_port: int | None = None
         self.grpc_port: int | None = None
+        self.grpc_methods: dict = {}
         self._rest: UvicornThread | None = None
         self._grpc = None
 
@@ -128,6 +134,8 @@ class LoopbackEndpoints:
         # backlog until the loop runs. Waiting, then waiting for the stop's tick, was 0.3 s of
         # every scripted job (benchmarks/transform/profile/exit.md).
         self._rest.start(wait=False)
+        # The endpoint's own budget (RuntimeSettings), as its REST side and TfsApi use.
+        max_request_bytes = getattr(self.model_server.settings, "max_request_bytes", None) or DEFAULT_MAX_REQUEST_BYTES
         try:
             self._grpc, self.grpc_port = start_grpc_server(
                 self.model_server,
@@ -136,10 +144,10 @@ class LoopbackEndpoints:
                 max_message_bytes=self.grpc_max_message_bytes,
                 max_workers=self.grpc_workers,
                 interceptors=[LoopbackAuthInterceptor(self.guard, self._grpc_address)],
-                # The endpoint's own budget (RuntimeSettings), as its REST side and TfsApi use.
-                max_request_bytes=getattr(self.model_server.settings, "max_request_bytes", None)
-                or DEFAULT_MAX_REQUEST_BYTES,
+                max_request_bytes=max_request_bytes,
             )
+            # What the gRPC endpoint answers, for a handler's calls from this very process.
+            self.grpc_methods = method_handlers(self.model_server, max_request_bytes=max_request_bytes)
         except BaseException:
             self._rest.stop()
             raise

@@ -42,6 +42,32 @@ def handler(data, context):
     return json.dumps({"label": int(prediction["classes"])}), "application/json"
 """
 
+# Seed 003's way: a PredictRequest over gRPC, a new channel per record with the message limits
+# raised, Predict.future(...).result(), the output read from float_val and reshaped.
+GRPC_HANDLER = """
+import json
+import grpc
+import numpy as np
+from tensorflow.compat.v1 import make_tensor_proto
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+def handler(data, context):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "model"
+    request.model_spec.signature_name = "serving_default"
+    request.inputs["image_bytes"].CopyFrom(make_tensor_proto([data.read()]))
+    options = [("grpc.max_send_message_length", 200 << 20), ("grpc.max_receive_message_length", 200 << 20)]
+    channel = grpc.insecure_channel(f"0.0.0.0:{context.grpc_port}", options=options)
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    try:
+        result = stub.Predict.future(request, 30).result()
+    except grpc.RpcError as err:
+        raise ValueError(f"{err.code()}: {err.details()}")
+    classes = result.outputs["classes"]
+    label = np.array(classes.int64_val).reshape([d.size for d in classes.tensor_shape.dim])[0]
+    return json.dumps({"label": int(label)}), "application/json"
+"""
+
 
 def _png(value: int) -> bytes:
     buf = io.BytesIO()
@@ -75,12 +101,16 @@ def _run(*args):
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("script", [PAIR, HANDLER], ids=["pair", "handler-posting-to-rest_uri"])
-def test_sagemaker_script_runs_unchanged(tmp_path, savedmodel, script):
+@pytest.mark.parametrize("script,flags", [
+    (PAIR, []), (HANDLER, []), (GRPC_HANDLER, []),
+    # in a handler worker process, the gRPC calls go over the socket to the job's process
+    (GRPC_HANDLER, ["--handler-workers", "1"]),
+], ids=["pair", "handler-posting-to-rest_uri", "handler-calling-grpc_port", "grpc-handler-in-a-worker"])
+def test_sagemaker_script_runs_unchanged(tmp_path, savedmodel, script, flags):
     archive = _archive(tmp_path, savedmodel, script)
     inp, out = _inputs(tmp_path), tmp_path / "out"
     proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out),
-                "--content-type", "application/x-image", "--accept", "application/json")
+                "--content-type", "application/x-image", "--accept", "application/json", *flags)
     # One undecodable file: the job reports failure, but every other file has its output.
     assert proc.returncode == 1, proc.stderr
     assert "3/4 objects succeeded" in proc.stdout
@@ -92,7 +122,15 @@ def test_sagemaker_script_runs_unchanged(tmp_path, savedmodel, script):
             (prediction,) = body["predictions"]
             assert len(prediction["probabilities"]) == 10
         else:
-            assert 0 <= body["label"] < 10
+            assert body["label"] == _label(savedmodel, (inp / key.removesuffix(".out")).read_bytes())
+
+
+def _label(savedmodel, image: bytes) -> int:
+    """The model's own class for ``image``, run here directly."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
+    return int(serve(image_bytes=tf.constant([image]))["classes"].numpy()[0])
 
 
 # Each call meets one other at a barrier (pairs of calls in flight at once), counts the calls
