@@ -60,6 +60,7 @@ def load_model_server(archive: str | Path):
 class _TfsHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: the client reuses one connection per thread
     model_server = None
+    grpc_port = None  # TF Serving's gRPC port, when the server runs one (GET /grpc-port tells it)
 
     def log_message(self, *args) -> None:  # one line per image would dominate the run
         pass
@@ -73,7 +74,9 @@ class _TfsHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         # Ready once the model is loaded, which it is before the server listens.
-        if self.path == "/ping" or self.path.startswith("/v1/models/"):
+        if self.path == "/grpc-port" and self.grpc_port is not None:
+            self._reply(200, str(self.grpc_port).encode())
+        elif self.path == "/ping" or self.path.startswith("/v1/models/"):
             self._reply(200, b'{"model_version_status": [{"state": "AVAILABLE"}]}')
         else:
             self._reply(404, b'{"error": "not found"}')
@@ -99,9 +102,21 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024
 
 
-def serve(archive: str | Path, *, port: int = 0, port_file: str | None = None, server: str = "threaded") -> None:
-    """Load the model, listen on 127.0.0.1, write the port to ``port_file``, serve until killed."""
+def serve(archive: str | Path, *, port: int = 0, port_file: str | None = None, server: str = "threaded",
+          grpc: bool = False) -> None:
+    """Load the model, listen on 127.0.0.1, write the port to ``port_file``, serve until killed.
+
+    ``grpc``: also answer TF Serving's gRPC API (PredictionService) on a port of its own, for a
+    container handler that calls ``context.grpc_port`` (its port: ``GET /grpc-port``)."""
     model_server = load_model_server(archive)
+    grpc_port = None
+    if grpc:
+        from tfbatch.tfs.grpc_service import start_grpc_server
+
+        # TF Serving queues calls beyond its threads rather than refusing them: room for the
+        # agent's MaxConcurrentTransforms (64) and more
+        _grpc_server, grpc_port = start_grpc_server(model_server, host="127.0.0.1", port=0, max_workers=64,
+                                                    max_concurrent_rpcs=4096)
     if server == "tfs-app":
         from tfbatch.tfs.loopback import UvicornThread, bind_socket
         from tfbatch.tfs.rest import tfs_app
@@ -112,7 +127,7 @@ def serve(archive: str | Path, *, port: int = 0, port_file: str | None = None, s
         _announce(bound, port_file)
         threading.Event().wait()
         return
-    handler = type("Handler", (_TfsHandler,), {"model_server": model_server})
+    handler = type("Handler", (_TfsHandler,), {"model_server": model_server, "grpc_port": grpc_port})
     httpd = _Server(("127.0.0.1", port), handler)
     _announce(httpd.server_address[1], port_file)
     httpd.serve_forever()
@@ -189,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, default=0)
     s.add_argument("--port-file")
     s.add_argument("--server", choices=["threaded", "tfs-app"], default="threaded")
+    s.add_argument("--grpc", action="store_true", help="also serve TF Serving's gRPC API (GET /grpc-port)")
     c = sub.add_parser("client")
     c.add_argument("--url", required=True)
     c.add_argument("--model", required=True, help="model.tar.gz (its code/inference.py runs here)")
@@ -197,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args(argv)
     if args.command == "serve":
-        serve(args.model, port=args.port, port_file=args.port_file, server=args.server)
+        serve(args.model, port=args.port, port_file=args.port_file, server=args.server, grpc=args.grpc)
         return 0
     result = run_client(args.url, args.model, args.input, args.output, concurrency=args.concurrency)
     print(json.dumps(result))

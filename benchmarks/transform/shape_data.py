@@ -165,6 +165,38 @@ def handler(data, context):
     return response.content, context.accept_header
 '''
 
+# Seed 003's handler: the model called over gRPC on context.grpc_port, a new channel per image
+# with the message limits raised, Predict.future(...).result(), the answer read from float_val.
+GRPC_HANDLER_SCRIPT = '''\
+import json
+
+import grpc
+import numpy as np
+from tensorflow.compat.v1 import make_tensor_proto
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+MAX_GRPC_MESSAGE_LENGTH = 512 * 1024 * 1024
+
+
+def handler(data, context):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "model"
+    request.model_spec.signature_name = "serving_default"
+    request.inputs["image_bytes"].CopyFrom(make_tensor_proto([data.read()]))
+    options = [("grpc.max_send_message_length", MAX_GRPC_MESSAGE_LENGTH),
+               ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_LENGTH)]
+    channel = grpc.insecure_channel("0.0.0.0:{}".format(context.grpc_port), options=options)
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    result = stub.Predict.future(request, 30).result()
+    probabilities = result.outputs["probabilities"]
+    shape = [dim.size for dim in probabilities.tensor_shape.dim]
+    classes = np.array(result.outputs["classes"].int64_val).reshape(shape[:1])
+    rows = np.array(probabilities.float_val).reshape(shape)
+    predictions = [{"classes": int(c), "probabilities": [float(np.float32(v)) for v in row]}
+                   for c, row in zip(classes, rows)]
+    return json.dumps({"predictions": predictions}), "application/json"
+'''
+
 ANYSIZE_IMAGE_SCRIPT = FLOAT_IMAGE_SCRIPT.replace('.convert("RGB").resize((64, 64), Image.BILINEAR)',
                                                   '.convert("RGB")')
 

@@ -91,7 +91,7 @@ def payloads(data: bytes, split_type: str, strategy: str, max_bytes: int) -> lis
 def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *, content_type: str,
                split_type: str, strategy: str, max_payload_mb: float, assemble: str,
                concurrency: int = 64, model_name: str = "model", input_filter: str | None = None,
-               output_filter: str | None = None, join_source: str | None = None) -> dict:
+               output_filter: str | None = None, join_source: str | None = None, grpc: bool = False) -> dict:
     import requests
 
     from benchmarks.transform.http_baseline import load_script
@@ -103,6 +103,8 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
     processor = DataProcessor(input_filter, output_filter, join_source, content_type, None)
     script = load_script(archive) if archive else None
     rest_uri = f"{url.rstrip('/')}/v1/models/{model_name}:predict"
+    # The container hands its handler TF Serving's gRPC port too (the server's, when it runs one).
+    grpc_port = int(requests.get(f"{url.rstrip('/')}/grpc-port", timeout=30).text) if grpc else None
     outputs = Outputs(output_dir)  # files, or for s3:// each output PUT by upload threads as it is assembled
     remote = input_dir.startswith("s3://")
     # s3:// objects of one payload each: every agent thread GETs its object before the request;
@@ -136,7 +138,7 @@ def run_client(url: str, archive: str | None, input_dir: str, output_dir: str, *
         raise AssertionError("unreachable")
 
     def one(body: bytes) -> bytes:
-        context = Context(model_name, None, "predict", rest_uri, None, None, None, content_type,
+        context = Context(model_name, None, "predict", rest_uri, grpc_port, None, None, content_type,
                           "application/json", len(body))
         if script is not None and hasattr(script, "handler"):
             # A single handler POSTs to context.rest_uri itself (its own connection per call,
@@ -251,12 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--join-source", default="None", choices=["None", "Input"])
     parser.add_argument("--input-filter")
     parser.add_argument("--output-filter")
+    parser.add_argument("--grpc", action="store_true", help="give the handler the server's gRPC port (GET /grpc-port)")
     args = parser.parse_args(argv)
     result = run_client(args.url, args.model, args.input, args.output, content_type=args.content_type,
                         split_type=args.split_type, strategy=args.batch_strategy,
                         max_payload_mb=args.max_payload_mb, assemble=args.assemble_with,
                         concurrency=args.concurrency, input_filter=args.input_filter,
-                        output_filter=args.output_filter, join_source=args.join_source)
+                        output_filter=args.output_filter, join_source=args.join_source, grpc=args.grpc)
     print(json.dumps(result))
     return 0 if not result["failed"] else 1
 

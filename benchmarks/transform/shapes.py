@@ -155,6 +155,16 @@ def jpeg_handler(workdir: Path, scale: Scale) -> Job:
                _server(archive), _client(archive, inputs, "application/x-image"))
 
 
+def jpeg_grpc_handler(workdir: Path, scale: Scale) -> Job:
+    n = _count(scale)
+    inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
+    archive = data.scripted_archive(tiny, "grpc-handler", data.GRPC_HANDLER_SCRIPT)
+    # (c): the container's handler calls TF Serving's gRPC port, here the baseline server's
+    return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
+               _tfdata("files", tiny / "savedmodel" / "1", inputs),
+               _server(archive) + ["--grpc"], _client(archive, inputs, "application/x-image") + ["--grpc"])
+
+
 def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
@@ -290,6 +300,8 @@ SHAPES = [
     Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
           lambda w, s: jpeg_bytes(w, s, script=True)),
     Shape("jpeg-handler", "a single handler that POSTs each image to context.rest_uri, tiny model", jpeg_handler),
+    Shape("jpeg-grpc-handler", "seed 003's single handler: a PredictRequest to context.grpc_port over a new "
+          "channel per image, Predict.future().result(), tiny model", jpeg_grpc_handler),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
     Shape("png-cifar-script", "seed 002's job: 32x32 PNGs, its CIFAR-10 CNN (float32 [None,32,32,3]) and its "
