@@ -320,6 +320,9 @@ SHAPES = [
     Shape("csv-script", "CSV, Line, MultiRecord 1 MB, the usual inference.py that turns each payload's lines "
           "into TF Serving \"instances\" JSON, float-input model (20 files)",
           lambda w, s: table(w, s, framing="csv", script=True)),
+    Shape("csv-script-single", "the csv-script job as SingleRecord (a job's strategy when it names none): each "
+          "line one request through the script's hooks (20 files)",
+          lambda w, s: table(w, s, framing="csv", script=True, strategy="SingleRecord")),
     Shape("csv-join", "CSV, Line, MultiRecord 1 MB, JoinSource=Input (each row written back with its "
           "prediction), float-input model, no script (20 files)", lambda w, s: table(w, s, framing="csv", join=True)),
     Shape("jsonl-join", "JSON Lines, Line, MultiRecord 1 MB, JoinSource=Input ({\"SageMakerInput\": row, "

@@ -16,8 +16,8 @@ than 16 on the grid, and trying it was the probe's largest cost).
 Probe batches are real outputs, never redone; what the probe costs is only the gap between
 the sizes it tried and the one it keeps. So the rows it runs at sizes other than the best so
 far are capped at ``share`` of the job's rows when the job's size is known (``job_rows(n)``
-counts up to n rows ahead and says whether that was all of them), else at a fixed
-``budget_rows``. At the cap the probe stops and keeps the best size it has: a 500-image job may
+counts up to n rows ahead and says whether that was all of them; None where it cannot tell),
+else at a fixed ``budget_rows``. At the cap the probe stops and keeps the best size it has: a 500-image job may
 spend 50 rows, too few to time 32 (5 batches with the lane's in flight, 160 rows), so it keeps
 the default.
 
@@ -165,7 +165,7 @@ class _Trial:
 class BatchSizeProbe:
     def __init__(self, candidates: tuple[int, ...] = DEFAULT_CANDIDATES, *, repeats: int = 2,
                  tolerance: float = 0.05, fallback: int = 16, share: float = 0.1, budget_rows: int = 1000,
-                 job_rows: Callable[[int], tuple[int, bool]] | None = None, recheck_rows: int = 4096,
+                 job_rows: Callable[[int], tuple[int, bool] | None] | None = None, recheck_rows: int = 4096,
                  cores: int | None = None, contended: float = 0.6, first_lead: int = 3, in_flight: int = 2,
                  min_window_s: float = 0.0):
         if not candidates or any(c < 1 for c in candidates):
@@ -293,11 +293,12 @@ class BatchSizeProbe:
         """May this round hand out ``rows`` rows in all? Only within its share of the job."""
         if self._rechecking:
             return rows <= self.share * self._gap_rows
-        if self.job_rows is None:
+        want = math.ceil(rows / self.share)
+        known = None if self.job_rows is None else self.job_rows(want)
+        if known is None:  # the job's size cannot be told (yet): the fixed budget
             self.budget = self.budget_rows
             return rows <= self.budget
-        want = math.ceil(rows / self.share)
-        seen, exact = self.job_rows(want)
+        seen, exact = known
         if not exact and seen >= want:
             return True  # the job has at least ``want`` rows, so ``rows`` is within its share
         # The whole job is counted, or as much of it as the look-ahead holds (a lower bound).

@@ -12,6 +12,7 @@ bounded number of items ahead, so its system calls run while the driver waits.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections import deque
@@ -28,6 +29,8 @@ class CountAhead(Generic[T]):
         self.limit = max(1, limit)
         self.seen = 0  # items read from the source, handed on or still held
         self.exhausted = False
+        # The sizes of those items, where every one has a ``size`` (listed objects); else None.
+        self.bytes: int | None = 0
 
     def __iter__(self) -> Iterator[T]:
         return self
@@ -41,12 +44,20 @@ class CountAhead(Generic[T]):
 
     def _pull(self, n: int) -> None:
         for _ in range(n):
-            try:
-                self._ahead.append(next(self._source))
-            except StopIteration:
-                self.exhausted = True
+            if not self._pull_one():
                 return
-            self.seen += 1
+
+    def _pull_one(self) -> bool:
+        try:
+            item = next(self._source)
+        except StopIteration:
+            self.exhausted = True
+            return False
+        self._ahead.append(item)
+        self.seen += 1
+        size = getattr(item, "size", None)
+        self.bytes = None if self.bytes is None or not isinstance(size, int) else self.bytes + size
+        return True
 
     def rows(self, want: int) -> tuple[int, bool]:
         """Read ahead until ``want`` items are known to exist (at most ``limit`` held back);
@@ -54,6 +65,28 @@ class CountAhead(Generic[T]):
         if not self.exhausted and self.seen < want:
             self._pull(min(want - self.seen, self.limit - len(self._ahead)))
         return self.seen, self.exhausted
+
+    def bytes_ahead(self, want: int) -> tuple[int | None, bool]:
+        """Read ahead until the items seen hold ``want`` bytes (at most ``limit`` held back);
+        returns (their bytes, or None where an item has no size; whether the source is exhausted)."""
+        while (not self.exhausted and self.bytes is not None and self.bytes < want
+               and len(self._ahead) < self.limit and self._pull_one()):
+            pass
+        return self.bytes, self.exhausted
+
+
+def rows_from_bytes(counted: CountAhead, bytes_per_row: float | None, want: int) -> tuple[int, bool] | None:
+    """A ``job_rows`` answer for objects split into records (lines, RecordIO, TFRecord): the
+    rows in the objects listed ahead, estimated from their listed bytes and the bytes per row
+    (request) seen so far, read ahead until they hold ``want`` rows' worth; None where either
+    is unknown (no request yet, or an object without a listed size). Compressed or filtered
+    inputs hold more rows than their bytes say, so the estimate errs low."""
+    if not bytes_per_row:
+        return None
+    seen, exhausted = counted.bytes_ahead(math.ceil(want * bytes_per_row))
+    if seen is None:
+        return None
+    return int(seen / bytes_per_row), exhausted
 
 
 class Prefetch(Generic[T]):

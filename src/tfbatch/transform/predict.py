@@ -113,8 +113,11 @@ def row_bodies(outputs: dict[str, np.ndarray], rows: int) -> list[bytes] | None:
 # Requests per hop the probe may pick for the handler pool. Its hops carry fixed costs the image
 # lane does not have (a hand-off to the hook thread or worker each way, the script's calls, a
 # joint model call and its split), so they pay off at larger sizes: the scripted JPEG job on
-# 2 cores ran 1,294 images/s steady at 16 and 2,152 at 128 (benchmarks/transform/profile/pool-hops.md).
-POOL_CANDIDATES = (8, 16, 32, 64, 128)
+# 2 cores ran 1,294 images/s steady at 16 and 2,152 at 128 (benchmarks/transform/profile/pool-hops.md);
+# a SingleRecord CSV job's 100,000 scripted lines on a cheap model ran in 10.5 s at 64, 7.7 at
+# 256 and 7.3 at 1,024 (benchmarks/transform/profile/pool-sizes.md). A hop also stops at
+# HOP_BYTES of requests, whatever its size.
+POOL_CANDIDATES = (8, 16, 32, 64, 128, 256, 512)
 # Where the probe starts climbing for the pool: the middle size, one step from 16 (where the image
 # lane's grid kept MobileNetV2) and from 64 (where the tiny model's hooks ran best).
 POOL_START = 32
@@ -137,13 +140,24 @@ class PoolPredict:
         self._pool_stats = stats
         self._cpu = cpu
         self._lock = threading.Lock()
+        self.requests = self.request_bytes = 0  # sent so far, for ``bytes_per_request``
 
     def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        size = sum(len(req.body) for req in reqs)
+        with self._lock:
+            self.requests += len(reqs)
+            self.request_bytes += size
         out = self.service.invoke_many(reqs, timeout_s=timeout_s)
         done, cpu = time.monotonic(), self._cpu() if self._cpu is not None else None
         with self._lock:
             self.tuner.observe(len(reqs), done, cpu)
         return out
+
+    def bytes_per_request(self) -> float | None:
+        """The mean body of the requests sent so far (None before the first). No lock: the
+        probe asks while holding this object's lock, and a count a hop behind is as good."""
+        requests, size = self.requests, self.request_bytes
+        return size / requests if requests and size else None
 
     def next_size(self, fallback: int) -> int:
         with self._lock:
@@ -229,8 +243,13 @@ class ImageBatchPredict:
         self.failed_batches = 0
         self.run_alone = 0
         self._histogram: Counter[int] = Counter()
+        self.requests = self.request_bytes = 0  # sent so far, for ``bytes_per_request``
 
     def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
+        size = sum(len(req.body) for req in reqs)
+        with self._lock:
+            self.requests += len(reqs)
+            self.request_bytes += size
         out: list[InvocationResponse | None] = [None] * len(reqs)
         ready: list[int] = []
         done, refused = None, False
@@ -250,6 +269,12 @@ class ImageBatchPredict:
             with self._lock:
                 self.tuner.observe(len(ready), done, time.process_time())
         return out  # type: ignore[return-value]
+
+    def bytes_per_request(self) -> float | None:
+        """The mean body of the requests sent so far (None before the first). No lock: the
+        probe asks while holding this object's lock, and a count a hop behind is as good."""
+        requests, size = self.requests, self.request_bytes
+        return size / requests if requests and size else None
 
     def _batches(self, reqs: list[InvocationRequest], ready: list[int]):
         """(request indices, batch) to run, in turn; ``ready`` collects the indices as they come."""

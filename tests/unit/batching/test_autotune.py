@@ -149,6 +149,17 @@ def test_without_the_jobs_size_the_probe_keeps_to_a_fixed_budget():
     assert probe.report()["probe_budget_rows"] == 200 and "budget" in probe.report()["why"]
 
 
+def test_a_job_size_that_cannot_be_told_yet_gives_the_fixed_budget():
+    # job_rows answers None (records split from objects, none sent yet): as without job_rows
+    asked = []
+    probe = BatchSizeProbe((8, 16, 32, 64), repeats=2, budget_rows=200,
+                           job_rows=lambda want: asked.append(want))
+    lane = Lane(probe)
+    lane.run({8: 3.0, 16: 2.0, 32: 1.8, 64: 1.7}, 40)
+    assert asked and probe.settled and lane.probe_rows <= 200
+    assert probe.report()["probe_budget_rows"] == 200 and "budget" in probe.report()["why"]
+
+
 def test_a_recheck_climbs_from_the_chosen_size_and_steps_down_only_for_a_clear_gain():
     timings = {8: 2.0, 16: 1.9, 32: 2.0}
     probe = BatchSizeProbe((8, 16, 32), repeats=1, fallback=16, recheck_rows=2048)

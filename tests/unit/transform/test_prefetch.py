@@ -91,3 +91,31 @@ def test_count_ahead_over_a_prefetch_counts_on_the_consumers_thread():
     assert next(counted) == 0
     assert counted.rows(5000) == (1000, True)
     assert list(counted) == list(range(1, 1000))
+
+
+class _Sized:
+    def __init__(self, size):
+        self.size = size
+
+
+def test_count_ahead_reads_ahead_by_bytes_and_estimates_rows():
+    from tfbatch.transform.lookahead import rows_from_bytes
+
+    counted = CountAhead([_Sized(1000)] * 50, limit=20)
+    assert counted.bytes_ahead(2500) == (3000, False)  # three objects hold 2,500 bytes
+    assert counted.seen == 3 and next(counted).size == 1000
+    # 100 bytes a row: 40 rows want 4,000 bytes, four objects
+    assert rows_from_bytes(counted, 100.0, 40) == (40, False)
+    # the look-ahead holds at most 20 objects: 200 rows' worth is known, not more
+    assert rows_from_bytes(counted, 100.0, 10_000) == (210, False) and len(counted._ahead) == 20
+    assert rows_from_bytes(counted, None, 40) is None  # no request seen yet: cannot tell
+    assert len(list(counted)) == 49
+    assert rows_from_bytes(counted, 100.0, 10_000) == (500, True)  # all of it, exactly that many bytes
+
+
+def test_rows_from_bytes_cannot_tell_without_listed_sizes():
+    from tfbatch.transform.lookahead import rows_from_bytes
+
+    counted = CountAhead([_Sized(1000), _Sized(None), _Sized(1000)])
+    assert rows_from_bytes(counted, 100.0, 40) is None
+    assert CountAhead(range(5)).bytes_ahead(10) == (None, False)
