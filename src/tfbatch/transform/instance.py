@@ -393,12 +393,14 @@ class InstanceRunner:
                 if counted is not None and self.spec.split_type != "None":
                     job_rows = lambda want: rows_from_bytes(  # noqa: E731
                         counted, tuned.bytes_per_request() if tuned is not None else None, want)
-                tuner = BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
-                                       in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
+                def probe():
+                    return BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
+                                          in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
+
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
                 # compares its CPU; a worker pool's CPU is elsewhere, so it compares wall time.
                 cpu = getattr(pool, "cpu", None)
-                tuned = service = PoolPredict(self.invoker.service, tuner, lambda: pool.stats, cpu)
+                tuned = service = PoolPredict(self.invoker.service, probe(), lambda: pool.stats, cpu, restart=probe)
                 stats = lambda: tuned.stats  # noqa: E731
                 chosen_by = {"max_batch_size": "tuner"}
             return Dataflow(self.spec, service, self.pipeline, batch_size=self.spec.max_batch_size,

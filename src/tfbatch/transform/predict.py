@@ -134,11 +134,18 @@ class PoolPredict:
 
     name = "handler-pool"
 
-    def __init__(self, service: Any, tuner: Any, stats: Any, cpu: Any = None):
+    def __init__(self, service: Any, tuner: Any, stats: Any, cpu: Any = None, restart: Any = None):
         self.service = service
         self.tuner = tuner
         self._pool_stats = stats
         self._cpu = cpu
+        # A new probe, for when the hooks move to worker processes (AdaptivePool: ``cpu`` then
+        # answers None): sizes timed with the hooks in this process are not comparable with
+        # sizes timed after, and the probe's choice followed when the move came, not the sizes
+        # (benchmarks/transform/profile/pool-sizes.md). The probe starts again from there.
+        self._restart = restart
+        self._cpu_seen = False
+        self.restarted_after_move = False
         self._lock = threading.Lock()
         self.requests = self.request_bytes = 0  # sent so far, for ``bytes_per_request``
 
@@ -150,6 +157,11 @@ class PoolPredict:
         out = self.service.invoke_many(reqs, timeout_s=timeout_s)
         done, cpu = time.monotonic(), self._cpu() if self._cpu is not None else None
         with self._lock:
+            if cpu is not None:
+                self._cpu_seen = True
+            elif self._cpu_seen and self._restart is not None and not self.restarted_after_move:
+                self.tuner, self.restarted_after_move = self._restart(), True
+                return out  # a hop sized before the move: the new probe does not count it
             self.tuner.observe(len(reqs), done, cpu)
         return out
 
@@ -165,7 +177,10 @@ class PoolPredict:
 
     @property
     def stats(self) -> dict[str, Any]:
-        return {**self._pool_stats(), "autotune": self.tuner.report()}
+        report = self.tuner.report()
+        if self.restarted_after_move:
+            report["restarted"] = "when the hooks moved to worker processes"
+        return {**self._pool_stats(), "autotune": report}
 
     def close(self) -> None:
         return None

@@ -42,3 +42,33 @@ def test_the_probe_asks_the_jobs_size_of_the_pool_predict_it_is_inside():
     assert finished.is_set(), "the probe's call for the job's size blocked on the lock it was called under"
     assert tuned.bytes_per_request() == 100
     assert probe.report()["probe_budget_rows"] in (None, 2000)
+
+
+def test_the_probe_starts_again_when_the_hooks_move_to_worker_processes():
+    # AdaptivePool's cpu clock answers until the hooks move, then None: sizes timed on either
+    # side are not comparable, so a new probe takes over (and says so in the report).
+    clock = {"cpu": 0.0, "moved": False}
+
+    def cpu():
+        clock["cpu"] += 0.01
+        return None if clock["moved"] else clock["cpu"]
+
+    probes = []
+
+    def probe():
+        probes.append(BatchSizeProbe((8, 16, 32, 64), fallback=16, budget_rows=10_000))
+        return probes[-1]
+
+    tuned = PoolPredict(_Service(), probe(), lambda: {"size": 2}, cpu, restart=probe)
+    for hop in range(400):
+        if hop == 40:
+            clock["moved"] = True
+        tuned.invoke_many([InvocationRequest(body=b"x")] * tuned.next_size(16))
+    assert len(probes) == 2 and tuned.tuner is probes[1] and tuned.restarted_after_move
+    first, second = probes[0].report(), probes[1].report()
+    # each probe saw its own side of the move (the hop that found it counts for neither)
+    seen = [sum(phase["rows"] for phase in r["phases"].values()) for r in (first, second)]
+    assert seen[0] > 0 and seen[1] > 0
+    stats = tuned.stats
+    assert stats["size"] == 2 and stats["autotune"]["restarted"] == "when the hooks moved to worker processes"
+    assert stats["autotune"]["choices"] == second["choices"]
