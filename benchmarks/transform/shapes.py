@@ -146,23 +146,18 @@ def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
 
 
-def jpeg_handler(workdir: Path, scale: Scale) -> Job:
+def jpeg_handler(workdir: Path, scale: Scale, *, grpc: bool = False) -> Job:
+    """A single handler calling the model itself: POSTs to context.rest_uri, or (``grpc``) seed
+    003's PredictRequest to context.grpc_port, which the HTTP design's container handler then
+    sends to the baseline server's gRPC port."""
     n = _count(scale)
     inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
-    archive = data.scripted_archive(tiny, "handler", data.HANDLER_SCRIPT)
+    name, script = ("grpc-handler", data.GRPC_HANDLER_SCRIPT) if grpc else ("handler", data.HANDLER_SCRIPT)
+    archive = data.scripted_archive(tiny, name, script)
+    wire = ["--grpc"] if grpc else []
     return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
                _tfdata("files", tiny / "savedmodel" / "1", inputs),
-               _server(archive), _client(archive, inputs, "application/x-image"))
-
-
-def jpeg_grpc_handler(workdir: Path, scale: Scale) -> Job:
-    n = _count(scale)
-    inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
-    archive = data.scripted_archive(tiny, "grpc-handler", data.GRPC_HANDLER_SCRIPT)
-    # (c): the container's handler calls TF Serving's gRPC port, here the baseline server's
-    return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
-               _tfdata("files", tiny / "savedmodel" / "1", inputs),
-               _server(archive) + ["--grpc"], _client(archive, inputs, "application/x-image") + ["--grpc"])
+               _server(archive) + wire, _client(archive, inputs, "application/x-image") + wire)
 
 
 def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
@@ -301,7 +296,7 @@ SHAPES = [
           lambda w, s: jpeg_bytes(w, s, script=True)),
     Shape("jpeg-handler", "a single handler that POSTs each image to context.rest_uri, tiny model", jpeg_handler),
     Shape("jpeg-grpc-handler", "seed 003's single handler: a PredictRequest to context.grpc_port over a new "
-          "channel per image, Predict.future().result(), tiny model", jpeg_grpc_handler),
+          "channel per image, Predict.future().result(), tiny model", lambda w, s: jpeg_handler(w, s, grpc=True)),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
     Shape("png-cifar-script", "seed 002's job: 32x32 PNGs, its CIFAR-10 CNN (float32 [None,32,32,3]) and its "

@@ -363,6 +363,7 @@ class InstanceRunner:
         graph or by TensorFlow ops here, batch size tuned on the job). --handler-workers 0:
         the in-process service.
         """
+        from tfbatch.transform.autotune import BatchSizeProbe
         from tfbatch.transform.dataflow import Dataflow
         from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker
 
@@ -381,7 +382,7 @@ class InstanceRunner:
             cap = self.spec.max_concurrent_transforms
             candidates = tuple(c for c in POOL_CANDIDATES if not cap or c <= cap)
             if self.spec.autotune and candidates:
-                from tfbatch.transform.autotune import POOL_MIN_WINDOW_S, BatchSizeProbe
+                from tfbatch.transform.autotune import POOL_MIN_WINDOW_S
 
                 # The probe's budget is a share of the job's requests: counted ahead as objects
                 # when each object is one request; for objects split into records, the listed
@@ -393,6 +394,7 @@ class InstanceRunner:
                 if counted is not None and self.spec.split_type != "None":
                     job_rows = lambda want: rows_from_bytes(  # noqa: E731
                         counted, tuned.bytes_per_request() if tuned is not None else None, want)
+
                 def probe():
                     return BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
                                           in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
@@ -414,7 +416,7 @@ class InstanceRunner:
                             threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
         tuner = None
         if self.spec.autotune:
-            from tfbatch.transform.autotune import MIN_WINDOW_S, BatchSizeProbe
+            from tfbatch.transform.autotune import MIN_WINDOW_S
 
             # As the pool's probe: objects split into records (RecordIO, TFRecord of images)
             # count their rows by bytes; one image per object counts objects.
