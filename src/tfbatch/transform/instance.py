@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 # 20,000 images: 1,391-1,398 -> 1,544-1,550 images/s steady, 1.11 -> 1.04 ms CPU per image;
 # jpeg-bytes +3 %; benchmarks/transform/profile/lane-threads.md). --lane-workers overrides it.
 MIN_LANE_THREADS = 3
+# A job split into records sizes its probe's budget from its bytes (lookahead.rows_from_bytes)
+# only where that gives more than the fixed budget did (BatchSizeProbe's budget_rows, 1,000, is
+# a tenth of 10,000 rows): a small job keeps the probe it had.
+SPLIT_FLOOR_ROWS = 10_000
 
 Emit = Callable[[ObjectResult], None]
 
@@ -393,7 +397,7 @@ class InstanceRunner:
                 job_rows = None if counted is None else counted.rows
                 if counted is not None and self.spec.split_type != "None":
                     job_rows = lambda want: rows_from_bytes(  # noqa: E731
-                        counted, tuned.bytes_per_request() if tuned is not None else None, want)
+                        counted, tuned.bytes_per_request() if tuned is not None else None, want, SPLIT_FLOOR_ROWS)
 
                 def probe():
                     return BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
@@ -423,7 +427,7 @@ class InstanceRunner:
             job_rows = None if counted is None else counted.rows
             if counted is not None and self.spec.split_type != "None":
                 job_rows = lambda want: rows_from_bytes(  # noqa: E731
-                    counted, predict.bytes_per_request() if predict is not None else None, want)
+                    counted, predict.bytes_per_request() if predict is not None else None, want, SPLIT_FLOOR_ROWS)
             predict = None
             tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=self.cores(), job_rows=job_rows,
                                    min_window_s=MIN_WINDOW_S)

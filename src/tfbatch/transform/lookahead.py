@@ -75,18 +75,22 @@ class CountAhead(Generic[T]):
         return self.bytes, self.exhausted
 
 
-def rows_from_bytes(counted: CountAhead, bytes_per_row: float | None, want: int) -> tuple[int, bool] | None:
+def rows_from_bytes(counted: CountAhead, bytes_per_row: float | None, want: int,
+                    floor: int = 0) -> tuple[int, bool] | None:
     """A ``job_rows`` answer for objects split into records (lines, RecordIO, TFRecord): the
     rows in the objects listed ahead, estimated from their listed bytes and the bytes per row
     (request) seen so far, read ahead until they hold ``want`` rows' worth; None where either
-    is unknown (no request yet, or an object without a listed size). Compressed or filtered
-    inputs hold more rows than their bytes say, so the estimate errs low."""
+    is unknown (no request yet, or an object without a listed size), and where fewer than both
+    ``want`` and ``floor`` rows are found (the caller's fixed budget then holds: a job's
+    estimate only ever raises it). Compressed or filtered inputs hold more rows than their
+    bytes say, so the estimate errs low."""
     if not bytes_per_row:
         return None
     seen, exhausted = counted.bytes_ahead(math.ceil(want * bytes_per_row))
     if seen is None:
         return None
-    return int(seen / bytes_per_row), exhausted
+    rows = int(seen / bytes_per_row)
+    return None if rows < want and rows < floor else (rows, exhausted)
 
 
 class Prefetch(Generic[T]):

@@ -109,6 +109,9 @@ def test_count_ahead_reads_ahead_by_bytes_and_estimates_rows():
     # the look-ahead holds at most 20 objects: 200 rows' worth is known, not more
     assert rows_from_bytes(counted, 100.0, 10_000) == (210, False) and len(counted._ahead) == 20
     assert rows_from_bytes(counted, None, 40) is None  # no request seen yet: cannot tell
+    # fewer rows than asked and than the floor: the caller's fixed budget holds
+    assert rows_from_bytes(counted, 100.0, 10_000, floor=1_000) is None
+    assert rows_from_bytes(counted, 100.0, 10_000, floor=100) == (210, False)
     assert len(list(counted)) == 49
     assert rows_from_bytes(counted, 100.0, 10_000) == (500, True)  # all of it, exactly that many bytes
 
