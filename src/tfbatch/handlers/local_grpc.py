@@ -245,6 +245,15 @@ def _too_large(size: int, limit: int, words: str) -> tuple[Any, str] | None:
     return None
 
 
+def _transformed(transform: Callable[[Any], Any], message: Any) -> Any:
+    """``transform(message)``, or None where it raises (grpc's own ``_common._transform``:
+    the caller then answers INTERNAL with grpc's words for the step)."""
+    try:
+        return transform(message)
+    except Exception:  # noqa: BLE001 - a message that cannot be (de)serialized is the call's failure
+        return None
+
+
 class _UnaryUnary(grpc.UnaryUnaryMultiCallable):
     def __init__(self, channel: LocalChannel, method: str, serializer: Any, deserializer: Any):
         self._channel, self._method = channel, method
@@ -259,14 +268,19 @@ class _UnaryUnary(grpc.UnaryUnaryMultiCallable):
         handler = endpoint.methods.get(self._method)
         if handler is None or handler.unary_unary is None:
             return _Call(None, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {self._method}", deadline)
-        data = self._serialize(request)
+        data = _transformed(self._serialize, request)
+        if data is None:
+            return _Call(None, grpc.StatusCode.INTERNAL, "Exception serializing request!", deadline)
         refused = (_too_large(len(data), channel.max_send, "CLIENT: Sent message larger than max ({})")
                    or _too_large(len(data), endpoint.max_message_bytes, "SERVER: Received message larger than max ({})"))
         if refused:
             return _Call(None, *refused, deadline)
         context = _ServicerContext(deadline, metadata)
+        received = _transformed(handler.request_deserializer, data)
+        if received is None:
+            return _Call(None, grpc.StatusCode.INTERNAL, "Exception deserializing request!", deadline)
         try:
-            answer = handler.unary_unary(handler.request_deserializer(data), context)
+            answer = handler.unary_unary(received, context)
         except _Aborted:
             return _Call(None, context.code(), context.details() or "", deadline)
         except Exception as exc:  # noqa: BLE001 - what grpc's server tells the client
@@ -275,13 +289,18 @@ class _UnaryUnary(grpc.UnaryUnaryMultiCallable):
             return _Call(None, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", deadline)
         if context.code() not in (None, grpc.StatusCode.OK):
             return _Call(None, context.code(), context.details() or "", deadline)
-        out = handler.response_serializer(answer)
+        out = _transformed(handler.response_serializer, answer)
+        if out is None:
+            return _Call(None, grpc.StatusCode.INTERNAL, "Failed to serialize response!", deadline)
         refused = (_too_large(len(out), endpoint.max_message_bytes, "SERVER: Sent message larger than max ({})")
                    or _too_large(len(out), channel.max_receive,
                                  "Stream removed (CLIENT: Received message larger than max ({}))"))
         if refused:
             return _Call(None, *refused, deadline)
-        return _Call(self._deserialize(out), grpc.StatusCode.OK, "", deadline)
+        response = _transformed(self._deserialize, out)
+        if response is None:
+            return _Call(None, grpc.StatusCode.INTERNAL, "Exception deserializing response!", deadline)
+        return _Call(response, grpc.StatusCode.OK, "", deadline)
 
     def __call__(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                  compression=None):

@@ -140,3 +140,24 @@ def test_other_targets_and_unregistered_ports_use_the_socket(registered):
         channel.close()
     for target in (f"localhost:{port}", f"dns:///localhost:{port}", f"ipv4:127.0.0.1:{port}"):
         assert isinstance(grpc.insecure_channel(target), local_grpc.LocalChannel), target
+
+
+def test_messages_that_do_not_serialize_fail_as_over_the_socket(registered):
+    method = "/tensorflow.serving.PredictionService/Predict"
+    wire, local = _channels(registered.grpc_port)
+
+    def broken(message):
+        raise ValueError("cannot write this")
+
+    for serializer, request in ((broken, _predict()), (None, b"\xff\xfe not a PredictRequest")):
+        answers = []
+        for channel in (wire, local):
+            call = channel.unary_unary(method, request_serializer=serializer,
+                                       response_deserializer=predict_pb2.PredictResponse.FromString)
+            try:
+                call(request, timeout=30)
+                answers.append("ok")
+            except grpc.RpcError as err:
+                answers.append((err.code(), err.details()))
+        assert answers[0] == answers[1] and answers[0][0] == grpc.StatusCode.INTERNAL, answers
+    wire.close()
