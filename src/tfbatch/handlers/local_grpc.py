@@ -21,7 +21,7 @@ classes, as over the wire. What the wire would refuse is refused the same way, w
 status: a message past either side's size limit (RESOURCE_EXHAUSTED; the channel's
 ``grpc.max_send_message_length``/``grpc.max_receive_message_length`` options and the server's
 limit), a deadline passed (DEADLINE_EXCEEDED), an error of the servicer (its status and
-details). Errors are raised as ``grpc.RpcError`` objects that are also ``grpc.Call`` and
+details), a message that does not serialize or parse (INTERNAL, in grpc's words for the step). Errors are raised as ``grpc.RpcError`` objects that are also ``grpc.Call`` and
 ``grpc.Future``, like grpc's own. ``.future()`` runs the call on a thread of a small pool.
 Streaming methods, other ports and hosts, ``secure_channel`` and ``grpc.aio`` go to grpc as
 before; so does a name bound by ``from grpc import insecure_channel`` before the service
