@@ -358,6 +358,18 @@ class InstanceRunner:
 
     # ---- work -------------------------------------------------------------------------
 
+    def _job_rows(self, counted, sent):
+        """What the batch-size probe counts the job's rows with (its budget is a share of
+        them): the objects listed ahead, where each is one request; for objects split into
+        records (lines, RecordIO, TFRecord), their listed bytes over the bytes per request sent
+        so far (``sent``), raising the fixed budget only: a 100,000-line SingleRecord job had
+        1,000 requests and stopped at 64, where 256 ran it in three quarters of the time."""
+        if counted is None:
+            return None
+        if self.spec.split_type == "None":
+            return counted.rows
+        return lambda want: rows_from_bytes(counted, sent.per_request(), want, SPLIT_FLOOR_ROWS)
+
     def _dataflow(self, counted=None):
         """The job's dataflow with its predict stage (transform/predict.py), chosen once here.
 
@@ -369,7 +381,7 @@ class InstanceRunner:
         """
         from tfbatch.transform.autotune import BatchSizeProbe
         from tfbatch.transform.dataflow import Dataflow
-        from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, image_batch_blocker
+        from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, RequestBytes, image_batch_blocker
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
@@ -388,16 +400,8 @@ class InstanceRunner:
             if self.spec.autotune and candidates:
                 from tfbatch.transform.autotune import POOL_MIN_WINDOW_S
 
-                # The probe's budget is a share of the job's requests: counted ahead as objects
-                # when each object is one request; for objects split into records, the listed
-                # bytes ahead over the bytes per request so far (a fixed number of requests
-                # where sizes are not listed): a 100,000-line SingleRecord job had 1,000 and
-                # stopped at 64, where 256 ran it in three quarters of the time.
-                tuned = None
-                job_rows = None if counted is None else counted.rows
-                if counted is not None and self.spec.split_type != "None":
-                    job_rows = lambda want: rows_from_bytes(  # noqa: E731
-                        counted, tuned.bytes_per_request() if tuned is not None else None, want, SPLIT_FLOOR_ROWS)
+                sent = RequestBytes()
+                job_rows = self._job_rows(counted, sent)
 
                 def probe():
                     return BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
@@ -406,7 +410,8 @@ class InstanceRunner:
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
                 # compares its CPU; a worker pool's CPU is elsewhere, so it compares wall time.
                 cpu = getattr(pool, "cpu", None)
-                tuned = service = PoolPredict(self.invoker.service, probe(), lambda: pool.stats, cpu, restart=probe)
+                tuned = service = PoolPredict(self.invoker.service, probe(), lambda: pool.stats, cpu, restart=probe,
+                                              sent=sent)
                 stats = lambda: tuned.stats  # noqa: E731
                 chosen_by = {"max_batch_size": "tuner"}
             return Dataflow(self.spec, service, self.pipeline, batch_size=self.spec.max_batch_size,
@@ -418,26 +423,19 @@ class InstanceRunner:
             predict = self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
             return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
                             threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
-        tuner = None
+        tuner, sent = None, RequestBytes()
         if self.spec.autotune:
             from tfbatch.transform.autotune import MIN_WINDOW_S
 
-            # As the pool's probe: objects split into records (RecordIO, TFRecord of images)
-            # count their rows by bytes; one image per object counts objects.
-            job_rows = None if counted is None else counted.rows
-            if counted is not None and self.spec.split_type != "None":
-                job_rows = lambda want: rows_from_bytes(  # noqa: E731
-                    counted, predict.bytes_per_request() if predict is not None else None, want, SPLIT_FLOOR_ROWS)
-            predict = None
-            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=self.cores(), job_rows=job_rows,
-                                   min_window_s=MIN_WINDOW_S)
+            tuner = BatchSizeProbe(fallback=self.spec.max_batch_size, cores=self.cores(),
+                                   job_rows=self._job_rows(counted, sent), min_window_s=MIN_WINDOW_S)
         chosen_by = {"max_batch_size": "tuner" if tuner is not None else "flag",
                      "workers": "flag" if self.spec.lane_workers
                      else f"default (one per core of the instance's share, at least {MIN_LANE_THREADS})",
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 2)"}
         predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
-                                                    tuner=tuner)
+                                                    tuner=tuner, sent=sent)
         return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
                         threads=self.spec.lane_workers or max(MIN_LANE_THREADS, self.cores()),
                         max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,

@@ -123,6 +123,27 @@ POOL_CANDIDATES = (8, 16, 32, 64, 128, 256, 512)
 POOL_START = 32
 
 
+class RequestBytes:
+    """The requests a predict stage has sent and their bodies' bytes: what ``rows_from_bytes``
+    divides a split job's listed bytes by. Its own lock: the probe asks while the predict stage
+    holds its own."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests = self.bytes = 0
+
+    def add(self, reqs: list[InvocationRequest]) -> None:
+        size = sum(len(req.body) for req in reqs)
+        with self._lock:
+            self.requests += len(reqs)
+            self.bytes += size
+
+    def per_request(self) -> float | None:
+        """The mean body of the requests sent so far (None before the first)."""
+        with self._lock:
+            return self.bytes / self.requests if self.requests and self.bytes else None
+
+
 class PoolPredict:
     """The handler pool's ``invoke_many`` with its hop size picked by the batch-size probe.
 
@@ -134,7 +155,8 @@ class PoolPredict:
 
     name = "handler-pool"
 
-    def __init__(self, service: Any, tuner: Any, stats: Any, cpu: Any = None, restart: Any = None):
+    def __init__(self, service: Any, tuner: Any, stats: Any, cpu: Any = None, restart: Any = None,
+                 sent: RequestBytes | None = None):
         self.service = service
         self.tuner = tuner
         self._pool_stats = stats
@@ -147,13 +169,10 @@ class PoolPredict:
         self._cpu_seen = False
         self.restarted_after_move = False
         self._lock = threading.Lock()
-        self.requests = self.request_bytes = 0  # sent so far, for ``bytes_per_request``
+        self.sent = sent if sent is not None else RequestBytes()
 
     def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
-        size = sum(len(req.body) for req in reqs)
-        with self._lock:
-            self.requests += len(reqs)
-            self.request_bytes += size
+        self.sent.add(reqs)
         out = self.service.invoke_many(reqs, timeout_s=timeout_s)
         done, cpu = time.monotonic(), self._cpu() if self._cpu is not None else None
         with self._lock:
@@ -164,12 +183,6 @@ class PoolPredict:
                 return out  # a hop sized before the move: the new probe does not count it
             self.tuner.observe(len(reqs), done, cpu)
         return out
-
-    def bytes_per_request(self) -> float | None:
-        """The mean body of the requests sent so far (None before the first). No lock: the
-        probe asks while holding this object's lock, and a count a hop behind is as good."""
-        requests, size = self.requests, self.request_bytes
-        return size / requests if requests and size else None
 
     def next_size(self, fallback: int) -> int:
         with self._lock:
@@ -237,7 +250,7 @@ class ImageBatchPredict:
 
     name = "image-batch"
 
-    def __init__(self, service: Any, *, max_image_pixels: int, tuner: Any = None):
+    def __init__(self, service: Any, *, max_image_pixels: int, tuner: Any = None, sent: RequestBytes | None = None):
         self.service = service
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
@@ -258,13 +271,10 @@ class ImageBatchPredict:
         self.failed_batches = 0
         self.run_alone = 0
         self._histogram: Counter[int] = Counter()
-        self.requests = self.request_bytes = 0  # sent so far, for ``bytes_per_request``
+        self.sent = sent if sent is not None else RequestBytes()
 
     def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
-        size = sum(len(req.body) for req in reqs)
-        with self._lock:
-            self.requests += len(reqs)
-            self.request_bytes += size
+        self.sent.add(reqs)
         out: list[InvocationResponse | None] = [None] * len(reqs)
         ready: list[int] = []
         done, refused = None, False
@@ -284,12 +294,6 @@ class ImageBatchPredict:
             with self._lock:
                 self.tuner.observe(len(ready), done, time.process_time())
         return out  # type: ignore[return-value]
-
-    def bytes_per_request(self) -> float | None:
-        """The mean body of the requests sent so far (None before the first). No lock: the
-        probe asks while holding this object's lock, and a count a hop behind is as good."""
-        requests, size = self.requests, self.request_bytes
-        return size / requests if requests and size else None
 
     def _batches(self, reqs: list[InvocationRequest], ready: list[int]):
         """(request indices, batch) to run, in turn; ``ready`` collects the indices as they come."""

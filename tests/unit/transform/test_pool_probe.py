@@ -26,7 +26,7 @@ def test_the_probe_asks_the_jobs_size_of_the_pool_predict_it_is_inside():
     counted = CountAhead([_Sized(10_000)] * 200, limit=1_000)
     tuned = None
     probe = BatchSizeProbe((8, 16, 32, 64, 128, 256), fallback=32, share=0.1,
-                           job_rows=lambda want: rows_from_bytes(counted, tuned.bytes_per_request(), want))
+                           job_rows=lambda want: rows_from_bytes(counted, tuned.sent.per_request(), want))
     tuned = PoolPredict(_Service(), probe, lambda: {})
     finished = threading.Event()
 
@@ -40,7 +40,7 @@ def test_the_probe_asks_the_jobs_size_of_the_pool_predict_it_is_inside():
     worker.start()
     worker.join(timeout=30)  # a bound on a deadlock, not a wait for something to happen
     assert finished.is_set(), "the probe's call for the job's size blocked on the lock it was called under"
-    assert tuned.bytes_per_request() == 100
+    assert tuned.sent.per_request() == 100
     assert probe.report()["probe_budget_rows"] in (None, 2000)
 
 
