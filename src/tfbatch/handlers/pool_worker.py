@@ -123,7 +123,7 @@ class Worker:
 
     def run(self, step: str, items: list) -> list:
         if step != "input":
-            return [_guarded(self.output, item) for item in items]
+            return self._outputs(items)
         if self.handlers is not None and self.handlers.mode == "handler":
             concurrency = handler_concurrency()
             if concurrency == 1:
@@ -146,7 +146,7 @@ class Worker:
             for n, images in waiting:
                 firsts[n] = _guarded(self._finish, (images, decoded[at:at + len(images.texts)]))
                 at += len(images.texts)
-        return firsts
+        return join_runs(firsts, items)
 
     def _timed_input(self, item: tuple) -> tuple:
         """``_guarded(self._input, item)`` on a handler thread, its CPU added to ``handler_cpu_s``
@@ -282,31 +282,126 @@ class Worker:
         tensors = defaults.table_tensors(bytes(data), content_type, signatures[default])
         return None if tensors is None else ("tensors", tensors, "row", version, signatures[default].name)
 
+    def _outputs(self, entries: list) -> list:
+        """The output step of each entry; a run's (``join_runs``) bodies are encoded together."""
+        results, bodies = [], iter(())
+        for entry in entries:
+            kind = entry[1]
+            if kind == OUTPUTS_RUN:
+                try:
+                    bodies = iter(self._run_bodies(entry))
+                except Exception as exc:  # noqa: BLE001 - defensive: each request of the run answers it
+                    log.exception("output step of a run failed")
+                    err = from_exception(exc)
+                    bodies = iter([(err.status, err.to_json())] * len(entry[2][1]))
+            if kind == OUTPUTS_RUN or kind == IN_RUN:
+                results.append(_guarded(self._run_output, (entry[0], next(bodies, None))))
+            else:
+                results.append(_guarded(self.output, entry))
+        return results
+
+    def _run_bodies(self, entry: tuple) -> list[tuple]:
+        """(status, content) of each request of a run, in order: one encode for all of them
+        (``codec.encode_predict_bodies``), else each request's own, as ``output`` does it."""
+        from tfbatch.tfs.codec import encode_predict_bodies
+
+        outputs, sizes, fmt, version, sig_name = entry[2]
+        try:
+            bodies = encode_predict_bodies(outputs, sizes, fmt)
+        except Exception:  # noqa: BLE001 - each request's own encode names what is wrong
+            bodies = None
+        if bodies is not None:
+            return [(200, body) for body in bodies]
+        out, at = [], 0
+        for size in sizes:
+            part = {k: v[at:at + size] for k, v in outputs.items()}
+            out.append(self._content(entry[0], "outputs", (part, fmt, version, sig_name)))
+            at += size
+        return out
+
+    def _run_output(self, item_body: tuple) -> tuple:
+        item, answer = item_body
+        if answer is None:
+            raise RuntimeError("an output step entry of a run came without its run's first")
+        return self._respond(self.context(item), *answer)
+
     def output(self, entry: tuple) -> tuple:
+        item, kind, payload = entry
+        status, content = self._content(item, kind, payload)
+        return self._respond(self.context(item), status, content)
+
+    def _content(self, item: tuple, kind: str, payload: Any) -> tuple[int, bytes]:
+        """(status, body) of the TFS answer an output step entry stands for."""
         from tfbatch.runtime import jsonenc
 
-        item, kind, payload = entry
-        ctx = self.context(item)
         if kind == "outputs":
             from tfbatch.tfs.codec import encode_predict
 
             outputs, fmt, version, sig_name = payload
-            sig = self.models[ctx.model_name][1][sig_name]
+            sig = self.models[item[4]][1][sig_name]
             try:
-                status, content = 200, jsonenc.dumps(encode_predict(outputs, fmt, sig, native=True))
+                return 200, jsonenc.dumps(encode_predict(outputs, fmt, sig, native=True))
             except TfbatchError as err:
-                status, content = err.status, err.to_json()
-        elif kind == "result":
-            status, content = 200, jsonenc.dumps(payload)
-        else:
-            status, content = payload
-        return self._respond(ctx, status, content)
+                return err.status, err.to_json()
+        if kind == "result":
+            return 200, jsonenc.dumps(payload)
+        return payload
 
     def _respond(self, ctx, status: int, content: bytes) -> tuple:
         if self.handlers is None:
             return ("final", status, content, "application/json")
         response = make_response(status, content, ctx.rest_uri)
         return _final(user_result(call_user("output_handler", self.handlers.output_handler, response, ctx)))
+
+
+# A run (``join_runs``): consecutive requests of a hop whose tensors one model call takes
+# together cross the pipe as one array each way. Its first request's input step result is
+# ``(TENSORS_RUN, tensors, fmt, version, sig_name, sizes)`` (``sizes``: each request's rows),
+# each later one's is ``(IN_RUN,)``; on the way back the first's output entry is
+# ``(item, OUTPUTS_RUN, (outputs, sizes, fmt, version, sig_name))``, the others'
+# ``(item, IN_RUN, None)``. A batch of one-line requests (SingleRecord CSV through a script)
+# otherwise sent two small arrays per request through pickle, and the parent, which feeds
+# the model, concatenated and cut them one request at a time.
+TENSORS_RUN, OUTPUTS_RUN = "tensors-run", "outputs-run"
+IN_RUN = "in-run"
+
+
+def tensor_layout(tensors: dict) -> tuple | None:
+    """What must match for requests to share a model call; None when rows cannot be counted."""
+    if len(tensors) == 1:
+        ((key, a),) = tensors.items()
+        return ((key, a.dtype.str, a.shape[1:]),) if a.ndim else None
+    sizes = {a.shape[0] if a.ndim else None for a in tensors.values()}
+    if len(sizes) != 1 or None in sizes:
+        return None
+    return tuple(sorted((k, a.dtype.str, a.shape[1:]) for k, a in tensors.items()))
+
+
+def join_runs(firsts: list, items: list) -> list:
+    """``firsts`` with each run of two or more consecutive ``tensors`` results for the same
+    model, version, signature, format and layout joined into one (see ``TENSORS_RUN``)."""
+    import numpy as np
+
+    out, n = firsts, 0
+    while n < len(firsts):
+        first = firsts[n]
+        layout = tensor_layout(first[1]) if first[0] == "tensors" else None
+        end = n + 1
+        if layout is not None:
+            key = (items[n][4], first[2], first[3], first[4])
+            while end < len(firsts) and firsts[end][0] == "tensors" and \
+                    (items[end][4], *firsts[end][2:5]) == key and tensor_layout(firsts[end][1]) == layout:
+                end += 1
+        if end - n > 1:
+            members = firsts[n:end]
+            sizes = [next(iter(r[1].values())).shape[0] for r in members]
+            joined = {k: np.concatenate([r[1][k] for r in members]) for k in first[1]}
+            if out is firsts:
+                out = list(firsts)
+            out[n] = (TENSORS_RUN, joined, first[2], first[3], first[4], sizes)
+            out[n + 1:end] = [(IN_RUN,)] * (end - n - 1)
+        n = end
+    return out
 
 
 # pybase64's SIMD decoder where installed (tfs/codec.py), binascii's strict one otherwise.

@@ -27,6 +27,8 @@ import numpy as np
 
 from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
 from tfbatch.handlers.pool import LOST, HandlerPool
+from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, tensor_layout
+from tfbatch.handlers.wire import OUT_OF_BAND_MIN
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 
@@ -81,8 +83,10 @@ class PooledService:
             except TfbatchError as err:
                 responses[n] = InvocationResponse.from_error(err)
                 continue
-            # The body crosses to the worker out of band (wire.py): no copy into the pickle.
-            items[n] = (pickle.PickleBuffer(req.body), req.content_type, req.accept, req.custom_attributes,
+            # A large body crosses to the worker out of band (wire.py): no copy into the pickle.
+            body = req.body if type(req.body) is bytes and len(req.body) < OUT_OF_BAND_MIN \
+                else pickle.PickleBuffer(req.body)
+            items[n] = (body, req.content_type, req.accept, req.custom_attributes,
                         name, version, method, self.service.rest_port, self.service.grpc_port)
         todo = [n for n in range(len(reqs)) if items[n] is not None]
         firsts = self._input(todo, items, deadline)
@@ -105,29 +109,48 @@ class PooledService:
         firsts = {}
         for chunk, future in jobs:
             results = _wait(future, deadline, len(chunk))
-            for n, result in zip(chunk, results):
-                firsts[n] = (getattr(future, "where", None), result)
+            where = getattr(future, "where", None)
+            for i, (n, result) in enumerate(zip(chunk, results)):
+                if result[0] == TENSORS_RUN:  # the requests of the run: this one and the next in the chunk
+                    result = (*result, chunk[i:i + len(result[5])])
+                firsts[n] = (where, result)
         return firsts
 
     def _model(self, firsts: dict[int, tuple], items: list) -> dict[int, tuple]:
-        """{request index: (where, output-step payload)} for every request that reached the model."""
-        groups: dict[tuple, list[int]] = defaultdict(list)
+        """{request index: (where, output-step payload)} for every request that reached the model.
+
+        A part is one request's tensors, or a run of them a worker joined (``join_runs``); the
+        parts that match go to one model call, and each takes its rows back."""
+        groups: dict[tuple, list[tuple[int, list[int] | None, dict]]] = defaultdict(list)
         out: dict[int, tuple] = {}
         for n, (where, result) in firsts.items():
-            if result[0] == "tensors":
-                _, tensors, fmt, version, sig_name = result
-                groups[(items[n][4], version, sig_name, fmt, _layout(tensors))].append(n)
-            elif result[0] == "json":
+            kind = result[0]
+            if kind == "tensors" or kind == TENSORS_RUN:
+                tensors, fmt, version, sig_name = result[1:5]
+                members = result[6] if kind == TENSORS_RUN else [n]
+                sizes = result[5] if kind == TENSORS_RUN else None
+                groups[(items[n][4], version, sig_name, fmt, tensor_layout(tensors))].append((members, sizes, tensors))
+            elif kind == "json":
                 out[n] = (where, self._json(items[n], result[1]))
-        for (name, version, sig_name, fmt, layout), members in groups.items():
-            joint = self._joint(name, version, sig_name, [firsts[n][1][1] for n in members]) \
-                if layout is not None and len(members) > 1 else None
-            for i, n in enumerate(members):
+        for (name, version, sig_name, fmt, layout), parts in groups.items():
+            joint = self._joint(name, version, sig_name, [tensors for _, _, tensors in parts]) \
+                if layout is not None and (len(parts) > 1 or parts[0][1] is not None) else None
+            for i, (members, sizes, tensors) in enumerate(parts):
+                where = firsts[members[0]][0]
                 if joint is not None:
-                    payload = ("outputs", (joint[i], fmt, version, sig_name))
-                else:
-                    payload = self._alone(name, version, sig_name, fmt, firsts[n][1][1])
-                out[n] = (firsts[n][0], payload)
+                    if sizes is None:
+                        out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
+                        continue
+                    out[members[0]] = (where, (OUTPUTS_RUN, (joint[i], sizes, fmt, version, sig_name)))
+                    for m in members[1:]:
+                        out[m] = (where, (IN_RUN, None))
+                    continue
+                # Each request alone: one that fails gets its own error, as in invoke.
+                at = 0
+                for m, size in zip(members, sizes or [None]):
+                    part = tensors if size is None else {k: v[at:at + size] for k, v in tensors.items()}
+                    out[m] = (where, self._alone(name, version, sig_name, fmt, part))
+                    at += size or 0
         return out
 
     def _json(self, item: tuple, body: dict) -> tuple:
@@ -153,7 +176,8 @@ class PooledService:
         sizes = [next(iter(t.values())).shape[0] for t in requests]
         try:
             servable = self.service.model_server.resolve(name, version)
-            joined = {k: np.concatenate([t[k] for t in requests]) for k in requests[0]}
+            joined = requests[0] if len(requests) == 1 else \
+                {k: np.concatenate([t[k] for t in requests]) for k in requests[0]}
             outputs = servable.run(sig_name, joined)
         except Exception as exc:  # noqa: BLE001 - every request runs alone and gets its own error
             log.debug("joint model call of %d requests failed (%s); each runs alone", len(requests), exc)
@@ -171,20 +195,17 @@ class PooledService:
             by_where[where].append(n)
         jobs = []
         for where, members in by_where.items():
+            members.sort()  # a run's first request, then the others of the run (request order)
             # The worker needs the body's length for the context, not the bytes again.
-            entries = [((len(items[n][0].raw()), *items[n][1:]), *outputs[n][1]) for n in members]
+            entries = [((_length(items[n][0]), *items[n][1:]), *outputs[n][1]) for n in members]
             jobs.append((members, self.pool.submit("output", entries, where)))
         for members, future in jobs:
             for n, result in zip(members, _wait(future, deadline, len(members))):
                 responses[n] = _response(result)
 
 
-def _layout(tensors: dict[str, np.ndarray]) -> tuple | None:
-    """What must match for requests to share a model call; None when rows cannot be counted."""
-    sizes = {a.shape[0] if a.ndim else None for a in tensors.values()}
-    if len(sizes) != 1 or None in sizes:
-        return None
-    return tuple(sorted((k, a.dtype.str, a.shape[1:]) for k, a in tensors.items()))
+def _length(body: Any) -> int:
+    return len(body.raw()) if isinstance(body, pickle.PickleBuffer) else len(body)
 
 
 def _wait(future, deadline: float | None, count: int, timeout_s: float = 0.0) -> list:

@@ -411,6 +411,47 @@ def encode_predict(
     return {"predictions": [dict(zip(keys, row)) for row in zip(*columns)]}
 
 
+def encode_predict_bodies(outputs: Mapping[str, np.ndarray], sizes: list[int], fmt: str) -> list[bytes] | None:
+    """The response body of each of several requests answered by one model call, in one
+    encode: what ``jsonenc.dumps(encode_predict(part, fmt, native=True))`` gives each request's
+    ``sizes[i]`` rows, or None where this cannot tell (the caller then encodes each alone).
+
+    Taken: one output, of one or two dimensions, of booleans, integers or finite float16/32/64
+    (what ``jsonenc.native_array`` hands orjson as it is), every request one row or more.
+    orjson writes each number alone, so the text of the whole array, cut at its row bounds,
+    holds each request's text: ``[[a,b],[c,d]]`` splits at ``],[``, ``[a,b,c]`` at commas.
+    """
+    if len(outputs) != 1 or fmt not in (ROW, COLUMNAR) or not sizes or min(sizes) < 1:
+        return None
+    ((_, arr),) = outputs.items()
+    arr = np.asarray(arr)
+    kind = arr.dtype.kind
+    if arr.ndim not in (1, 2) or arr.shape[0] != sum(sizes) or arr.ndim == 2 and arr.shape[1] == 0:
+        return None
+    if kind == "f":
+        if arr.dtype == np.float16:
+            arr = arr.astype(np.float32)
+        elif arr.dtype not in (np.float32, np.float64):
+            return None
+        if not np.isfinite(arr).all():
+            return None  # TF Serving's NaN/Infinity tokens: each request's own encode writes them
+    elif kind not in "biu":
+        return None
+    text = orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)
+    if arr.ndim == 2:
+        parts, sep, left, right = text[2:-2].split(b"],["), b"],[", b"[[", b"]]}"
+    else:
+        parts, sep, left, right = text[1:-1].split(b","), b",", b"[", b"]}"
+    if len(parts) != arr.shape[0]:
+        return None
+    head = (b'{"predictions":' if fmt == ROW else b'{"outputs":') + left
+    bodies, at = [], 0
+    for size in sizes:
+        bodies.append(head + sep.join(parts[at:at + size]) + right)
+        at += size
+    return bodies
+
+
 def _column_rows(arr: np.ndarray, key: str, shortest_floats: bool, native: bool) -> Any:
     """One output's values, indexable by row (to be zipped with the other outputs' rows)."""
     value = to_json_value(arr, key, shortest_floats, native)

@@ -196,42 +196,72 @@ class Dataflow:
         except TfbatchError as exc:
             return None, exc
 
-    def _predict(self, objs: list[_Object], hop: int) -> None:
+    def _predict(self, objs: Iterator[_Object], hop: int, done: Callable[[list[_Object]], None]) -> None:
         """Every request of the chunk, across objects, in hops of ``hop`` requests (the first;
-        later ones as the tuner says).
+        later ones as the tuner says); ``done`` gets the objects each answered hop completes.
 
-        A chunk of a few large objects (TFRecord or RecordIO shards, CSV files) holds many
-        hops: up to ``threads`` of them run at once on the hop threads, so decode, the model and
-        the handler workers overlap instead of taking turns. Responses keep request order.
+        ``objs`` are split as the hops need their requests. A chunk of a few large objects
+        (TFRecord or RecordIO shards, CSV files) holds many hops: up to ``threads`` of them run
+        at once on the hop threads, so splitting, decode, the model, the handler workers and
+        the writes overlap instead of taking turns: an object is written once the hop holding
+        its last request has answered, while later hops run. Responses keep request order.
         """
-        flat = [(obj, body) for obj in objs for body in obj.bodies]
-        answers: list[tuple[int, int, Any]] = []  # (start, end, responses or their future)
-        running: deque[int] = deque()  # indexes into answers of hops still on the hop threads
-        start = 0
-        while start < len(flat):
-            if answers:
+        flat: deque[tuple[_Object, tuple[bytes, str]]] = deque()  # requests not yet sent
+        running: deque[tuple[list[tuple[_Object, tuple[bytes, str]]], Any]] = deque()
+        formed: deque[_Object] = deque()  # split, not yet completed, in order
+        sent = 0
+
+        def deliver() -> None:
+            part, answer = running.popleft()
+            responses = answer.result() if isinstance(answer, Future) else answer
+            for (obj, _), response in zip(part, responses):
+                obj.responses.append(response)
+            complete = []
+            while formed and len(formed[0].responses) == len(formed[0].bodies) and \
+                    (formed[0] is not last[0] or exhausted[0]):
+                complete.append(formed.popleft())
+            if complete:
+                done(complete)
+
+        last: list[_Object | None] = [None]  # the object being split (its requests may not all be in flat)
+        exhausted = [False]
+        source = iter(objs)
+        waiting = 0  # bytes of the requests in flat
+        while True:
+            while not exhausted[0] and (len(flat) < hop or waiting < HOP_BYTES):
+                obj = next(source, None)
+                if obj is None:
+                    exhausted[0] = True
+                    break
+                formed.append(obj)
+                last[0] = obj
+                flat.extend((obj, body) for body in obj.bodies)
+                waiting += sum(len(body[0]) for body in obj.bodies)
+            if not flat:
+                break
+            if sent:
                 # A chunk of shards holds many hops. Each later one is formed only when a hop
                 # thread can take it, at the size the tuner hands out then, so the probe times
                 # sizes on a job of a few large objects as it does on one of many small ones.
                 hop = self._next_size()
-            end, size = start, 0
-            while end < len(flat) and end - start < hop and (end == start or size < HOP_BYTES):
-                size += len(flat[end][1][0])
-                end += 1
-            if self._hop_pool is None or (not answers and end == len(flat)):
+            part, size = [], 0
+            while flat and len(part) < hop and (not part or size < HOP_BYTES):
+                part.append(flat.popleft())
+                size += len(part[-1][1][0])
+            waiting -= size
+            bodies = [body for _, body in part]
+            if self._hop_pool is None or (not sent and not flat and exhausted[0]):
                 # One hop for the whole chunk (or no hop threads): run it on this thread.
-                answers.append((start, end, self._hop([body for _, body in flat[start:end]])))
+                running.append((part, self._hop(bodies)))
             else:
-                answers.append((start, end, self._hop_pool.submit(self._hop, [body for _, body in flat[start:end]])))
-                running.append(len(answers) - 1)
-                while len(running) >= self.threads:
-                    answers[running[0]][2].result()
-                    running.popleft()
-            start = end
-        for a, b, answer in answers:
-            responses = answer.result() if isinstance(answer, Future) else answer
-            for (obj, _), response in zip(flat[a:b], responses):
-                obj.responses.append(response)
+                running.append((part, self._hop_pool.submit(self._hop, bodies)))
+            sent += 1
+            while len(running) >= self.threads or running and not isinstance(running[0][1], Future):
+                deliver()
+        while running:
+            deliver()
+        if formed:  # objects with no request left (bad records, filtered out, empty)
+            done(list(formed))
 
     def _hop(self, bodies: list[tuple[bytes, str]]) -> list[InvocationResponse]:
         reqs = [InvocationRequest(body=body, content_type=content_type, accept=self.spec.accept)
@@ -316,23 +346,29 @@ class Dataflow:
                writer: ThreadPoolExecutor) -> list[Future]:
         for f in reads:
             f.result()
-        formed: list[_Object] = []
-        for obj in objs:
-            if obj.data is not None:
-                self._split(obj)
-            if obj.payloads is None:
-                # Nothing of it reached user code or the model: streamed from its first byte.
-                finished(self._streamed(obj))
-            else:
-                self._requests(obj)
-                formed.append(obj)
-        self._predict(formed, hop)
-        # The last stage (assemble, write, record) on the writer threads: this thread goes on to
-        # the next chunk's decode and model call meanwhile, as a tf.data script's writer thread.
-        # Local outputs: one task per chunk (the kernel serialises creations in one folder
-        # anyway); remote ones: a run of the chunk per writer thread, so PUTs overlap.
-        runs = max(1, min(self.write_runs, len(formed)))
-        return [writer.submit(self._complete_all, formed[k::runs], finished) for k in range(runs)]
+        writes: list[Future] = []
+
+        def formed() -> Iterator[_Object]:
+            for obj in objs:
+                if obj.data is not None:
+                    self._split(obj)
+                if obj.payloads is None:
+                    # Nothing of it reached user code or the model: streamed from its first byte.
+                    finished(self._streamed(obj))
+                else:
+                    self._requests(obj)
+                    yield obj
+
+        def done(complete: list[_Object]) -> None:
+            # The last stage (assemble, write, record) on the writer threads: this thread goes
+            # on to the next hops meanwhile, as a tf.data script's writer thread. Local outputs:
+            # one task per run of objects (the kernel serialises creations in one folder
+            # anyway); remote ones: a run per writer thread, so PUTs overlap.
+            runs = max(1, min(self.write_runs, len(complete)))
+            writes.extend(writer.submit(self._complete_all, complete[k::runs], finished) for k in range(runs))
+
+        self._predict(formed(), hop, done)
+        return writes
 
     def _complete_all(self, formed: list[_Object], finished: Finished) -> None:
         for obj in formed:

@@ -33,9 +33,13 @@ def item(body, content_type):
 firsts = worker.run("input", [item(b"1,2,3\\n4,5,6\\n", "text/csv"),
                               item(json.dumps({{"instances": [[1, 2, 3]]}}).encode(), "application/json")])
 outputs = {{"y": np.zeros((2, 2), np.float32)}}
-answer = worker.run("output", [((12, "text/csv", "application/json", None, "model", None, "predict", None, None),
-                                 "outputs", (outputs, "row", 1, "serving_default"))])
-print(json.dumps({{"firsts": [f[0] for f in firsts], "answer": answer[0][2].decode(),
+csv = (12, "text/csv", "application/json", None, "model", None, "predict", None, None)
+answer = worker.run("output", [(csv, "outputs", (outputs, "row", 1, "serving_default"))])
+# The two requests' tensors came back as one run (one array); their answers go back the same way.
+run = worker.run("output", [(csv, "outputs-run", ({{"y": np.zeros((3, 2), np.float32)}}, [2, 1], "row", 1, "serving_default")),
+                            (csv, "in-run", None)])
+print(json.dumps({{"firsts": [f[0] for f in firsts], "sizes": firsts[0][5], "answer": answer[0][2].decode(),
+                  "run": [r[2].decode() for r in run],
                   "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
 '''
 
@@ -43,6 +47,8 @@ print(json.dumps({{"firsts": [f[0] for f in firsts], "answer": answer[0][2].deco
 def test_a_worker_decodes_and_encodes_without_the_model_server_or_pydantic():
     out = subprocess.run([sys.executable, "-c", WORKER], capture_output=True, text=True, check=True, timeout=120)
     result = json.loads(out.stdout)
-    assert result["firsts"] == ["tensors", "tensors"]
+    assert result["firsts"] == ["tensors-run", "in-run"] and result["sizes"] == [2, 1]
     assert json.loads(result["answer"]) == {"predictions": [[0.0, 0.0], [0.0, 0.0]]}
+    assert [json.loads(r) for r in result["run"]] == [{"predictions": [[0.0, 0.0], [0.0, 0.0]]},
+                                                      {"predictions": [[0.0, 0.0]]}]
     assert result["loaded"] == []

@@ -199,3 +199,36 @@ def test_a_non_finite_row_answers_in_its_run_as_alone(tmp_path, linear_model, co
         if (tmp_path / "each" / f"r{n:04d}.out").exists():
             assert line == (tmp_path / "each" / f"r{n:04d}.out").read_bytes(), (n, lines[n])
     assert each.failed_records or any(b"NaN" in line or b"Infinity" in line for line in got)
+
+
+# A scripted SingleRecord job: each line is its own request through the hooks, and the handler
+# workers hand back runs of them as one array (pool_worker.join_runs) that share a model call.
+# Negative values make the whole call fail (each request of it then runs alone: one error line
+# each), other column counts break a run, and a line the hook refuses has no tensors at all.
+SCRIPTED_CSV = [b"%d,%d.5" % (n, n) for n in range(300)]
+SCRIPTED_ODD = [b"-1,2", b"1,2,3", b"abc,1", b"4,-0.5", b"7", b"8,9"]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_runs_of_scripted_lines_answer_as_each_line_alone(tmp_path, failing_model, with_script, workers):
+    archive = with_script(tmp_path, failing_model, """
+        import json
+
+        def input_handler(data, context):
+            return json.dumps({"instances": [[float(v) for v in data.read().decode().split(",")]]})
+
+        def output_handler(response, context):
+            if response.status_code != 200:
+                raise ValueError(response.content.decode("utf-8"))
+            return response.content, context.accept_header
+    """)
+    lines = _lines(SCRIPTED_ODD, SCRIPTED_CSV)
+    report, each, got = _joined_and_alone(tmp_path, archive, "text/csv", lines, handler_workers=workers,
+                                          max_batch_size=64)
+    assert report.records == len(lines)
+    (stats,) = report.batches.values()
+    assert stats["rows"] == len(lines)  # one request per line
+    _assert_each_line_as_alone(tmp_path, lines, report, each, got)
+    errors = {e["record"] for e in _errors(tmp_path / "out")}
+    assert {lines.index(b"-1,2"), lines.index(b"4,-0.5"), lines.index(b"abc,1")} <= errors
+    assert json.loads(got[0]) == {"predictions": [[1.0, 1.5]]}
