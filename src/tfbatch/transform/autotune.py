@@ -204,6 +204,10 @@ class BatchSizeProbe:
         self._round_rows = 0
         self._begin_round(self.start)
 
+    def best(self) -> int:
+        """The size the lane runs at now: the choice once made, else the best of the round so far."""
+        return self._chosen if self._chosen is not None else self._incumbent
+
     # ---- the climb ----------------------------------------------------------------------
 
     def _begin_round(self, incumbent: int) -> None:

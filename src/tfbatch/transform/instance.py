@@ -403,8 +403,8 @@ class InstanceRunner:
                 sent = RequestBytes()
                 job_rows = self._job_rows(counted, sent)
 
-                def probe():
-                    return BatchSizeProbe(candidates, fallback=POOL_START, cores=self.cores(), job_rows=job_rows,
+                def probe(start: int = POOL_START):
+                    return BatchSizeProbe(candidates, fallback=start, cores=self.cores(), job_rows=job_rows,
                                           in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
 
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe

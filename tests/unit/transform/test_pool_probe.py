@@ -53,10 +53,11 @@ def test_the_probe_starts_again_when_the_hooks_move_to_worker_processes():
         clock["cpu"] += 0.01
         return None if clock["moved"] else clock["cpu"]
 
-    probes = []
+    probes, starts = [], []
 
-    def probe():
-        probes.append(BatchSizeProbe((8, 16, 32, 64), fallback=16, budget_rows=10_000))
+    def probe(start: int = 16):
+        starts.append(start)
+        probes.append(BatchSizeProbe((8, 16, 32, 64), fallback=start, budget_rows=10_000))
         return probes[-1]
 
     tuned = PoolPredict(_Service(), probe(), lambda: {"size": 2}, cpu, restart=probe)
@@ -65,6 +66,8 @@ def test_the_probe_starts_again_when_the_hooks_move_to_worker_processes():
             clock["moved"] = True
         tuned.invoke_many([InvocationRequest(body=b"x")] * tuned.next_size(16))
     assert len(probes) == 2 and tuned.tuner is probes[1] and tuned.restarted_after_move
+    # the new probe climbs from where the old one had got to, not from the bottom again
+    assert starts[1] == probes[0].best() and probes[1].start == starts[1]
     first, second = probes[0].report(), probes[1].report()
     # each probe saw its own side of the move (the hop that found it counts for neither)
     seen = [sum(phase["rows"] for phase in r["phases"].values()) for r in (first, second)]
