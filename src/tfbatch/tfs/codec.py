@@ -88,6 +88,11 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     skeleton = values.translate(None, _NUMBER_CHARS + _JSON_SPACE)
     if skeleton.translate(None, b",[]"):
         return None  # a string, an object, a literal: not numbers alone
+    if len(values) <= _SMALL_BODY:
+        array = _small_numeric(values, info, max_bytes)
+        if array is None:
+            return None
+        return {key: coerce(array, info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
     shape = _skeleton_shape(skeleton)
     if shape is None:
         return None
@@ -109,6 +114,29 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     if array.dtype.kind != ("i" if whole else "f"):
         return None  # a whole number past int64 (orjson reads it as a float, json as an int)
     return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
+
+
+# A body this small (one CSV line's instance) is read as nested lists, which NumPy shapes: the
+# skeleton's walk in Python cost more than the parse. Its numbers fit any budget many times over.
+_SMALL_BODY = 4096
+
+
+def _small_numeric(values: bytes, info: TensorInfo, max_bytes: int | None) -> np.ndarray | None:
+    """``decode_numeric``'s array for a small body whose skeleton is brackets and commas alone:
+    the same values, shape and dtype, None where that reads None (ragged or empty lists,
+    deeper than ``_MAX_DEPTH``, text orjson refuses, a whole number past int64, the budget)."""
+    if len(values) - len(values.lstrip(b"[")) > _MAX_DEPTH:
+        return None
+    try:
+        array = np.array(orjson.loads(values))
+    except (orjson.JSONDecodeError, ValueError):  # not JSON; ragged lists
+        return None
+    whole = b"." not in values and b"e" not in values and b"E" not in values
+    if array.size == 0 or array.dtype.kind != ("i" if whole else "f"):
+        return None
+    if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
+        return None
+    return array
 
 
 # Deeper nesting goes the general way, whose parser refuses it by name: each level here builds

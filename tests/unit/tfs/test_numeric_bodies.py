@@ -88,7 +88,10 @@ def test_a_value_the_signature_refuses_gets_the_same_error():
     b'{"instances": [[1, 2], [3, 4]]] }', b'{"instances": [[1, 2], [3, 4]}',
     b'["instances", 1]', b'{"inputs": {"x": [1]}}',
 ])
-def test_anything_else_goes_the_general_way(body):
+@pytest.mark.parametrize("padding", [0, 5000])
+def test_anything_else_goes_the_general_way(body, padding):
+    # Padded past codec._SMALL_BODY, the same bodies take the skeleton's way instead of NumPy's.
+    body = body.replace(b"[", b"[" + b" " * padding, 1)
     assert decode_numeric(body, _sig("float32", None)) is None
 
 
@@ -103,6 +106,9 @@ def test_a_body_over_the_budget_goes_the_general_way_which_names_the_limit():
     body = json.dumps({"instances": [[0.5] * 100] * 10}).encode()
     assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=3999) is None
     assert decode_numeric(body, _sig("float32", (None, 100)), max_bytes=4000) is not None
+    small = json.dumps({"instances": [[0.5] * 10] * 2}).encode()  # read the small body's way
+    assert decode_numeric(small, _sig("float32", (None, 10)), max_bytes=79) is None
+    assert decode_numeric(small, _sig("float32", (None, 10)), max_bytes=80) is not None
 
 
 def test_deep_nesting_goes_the_general_way_at_once():
