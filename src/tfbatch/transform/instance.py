@@ -392,7 +392,7 @@ class InstanceRunner:
             # rounds: 10.82-11.33 s -> 10.52-10.83 s; benchmarks/transform/profile/lane-threads.md).
             pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.size + 1)
             service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
-            from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict
+            from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict, pool_start
 
             # MaxConcurrentTransforms, when given, also bounds the sizes the probe may try.
             cap = self.spec.max_concurrent_transforms
@@ -404,6 +404,7 @@ class InstanceRunner:
                 job_rows = self._job_rows(counted, sent)
 
                 def probe(start: int = POOL_START):
+                    start = pool_start(candidates, sent.per_request(), start)
                     return BatchSizeProbe(candidates, fallback=start, cores=self.cores(), job_rows=job_rows,
                                           in_flight=threads, min_window_s=POOL_MIN_WINDOW_S)
 

@@ -121,6 +121,23 @@ POOL_CANDIDATES = (8, 16, 32, 64, 128, 256, 512)
 # Where the probe starts climbing for the pool: the middle size, one step from 16 (where the image
 # lane's grid kept MobileNetV2) and from 64 (where the tiny model's hooks ran best).
 POOL_START = 32
+# ... unless its requests are small: the probe that starts again when the hooks move (the sizes
+# of the requests sent so far known by then) starts at the largest size whose hop carries at
+# most this many request bytes. A hop's fixed costs (the model call, the pickled hand-offs) are
+# paid per hop: a SingleRecord CSV job's ~240-byte lines ran 100,000 in 7.0 s at a fixed 256,
+# 6.2 at 512 and 6.0 at 1,024 (benchmarks/transform/profile/runs.md), and at ~30,000 lines a
+# second one trial's 0.3 s window spends the whole budget (a tenth of the job), so a climb
+# from 128 stopped at 256.
+POOL_START_HOP_BYTES = 128 * 1024
+
+
+def pool_start(candidates: tuple[int, ...], per_request: float | None, at_least: int = POOL_START) -> int:
+    """Where the pool's probe starts: ``at_least``, or the largest candidate whose hop of
+    ``per_request``-byte requests holds at most ``POOL_START_HOP_BYTES``, whichever is larger."""
+    if not per_request:
+        return at_least
+    fits = [c for c in candidates if c * per_request <= POOL_START_HOP_BYTES]
+    return max([at_least, *fits[-1:]])
 
 
 class RequestBytes:

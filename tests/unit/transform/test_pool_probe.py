@@ -75,3 +75,15 @@ def test_the_probe_starts_again_when_the_hooks_move_to_worker_processes():
     stats = tuned.stats
     assert stats["size"] == 2 and stats["autotune"]["restarted"] == "when the hooks moved to worker processes"
     assert stats["autotune"]["choices"] == second["choices"]
+
+
+def test_the_restarted_probe_starts_where_a_hop_of_the_jobs_requests_is_still_small():
+    from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, POOL_START_HOP_BYTES, pool_start
+
+    assert pool_start(POOL_CANDIDATES, None) == POOL_START  # nothing sent yet
+    assert pool_start(POOL_CANDIDATES, 240.0) == 512  # CSV lines: the largest size
+    assert pool_start(POOL_CANDIDATES, POOL_START_HOP_BYTES / 128) == 128  # exactly at the bound
+    assert pool_start(POOL_CANDIDATES, POOL_START_HOP_BYTES / 128 + 1) == 64
+    assert pool_start(POOL_CANDIDATES, 22_000.0) == POOL_START  # JPEGs: where the climb always began
+    assert pool_start(POOL_CANDIDATES, 22_000.0, 128) == 128  # never below the first probe's best
+    assert pool_start((8, 16), 240.0, 8) == 16  # MaxConcurrentTransforms' cap on the sizes holds
