@@ -31,8 +31,12 @@ from tfbatch.handlers import inline_pool
 log = logging.getLogger(__name__)
 
 # A window is at least this long (and holds some hops), so a slow first hop (the model's
-# first call traces it) does not decide alone.
-WINDOW_S = 1.0
+# first call traces it) does not decide alone. 0.5 s, not the 1 s it was: every window the
+# hooks stay in process before the move runs at about a third of the rate after it (the
+# SingleRecord CSV job through a script: 1.7 -> 1.1 s in process, 5.9-6.1 -> 5.8-5.9 s whole;
+# the scripted JPEG job's cheap hooks still read 0.22-0.24 and stay;
+# benchmarks/transform/profile/runs.md).
+WINDOW_S = 0.5
 MIN_WINDOW_HOPS = 4
 # The hooks' share of this process's CPU from which worker processes take over. On 2 cores
 # the scripted JPEG job (cheap hooks) measured 0.2-0.3 and runs best in process; the PIL +
