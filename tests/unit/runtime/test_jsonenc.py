@@ -159,6 +159,22 @@ def test_dumps_like_stdlib_writes_the_standard_librarys_text(value):
         assert jsonenc.dumps_like_stdlib(value, **kwargs) == json.dumps(value, **kwargs), kwargs
 
 
+# Past jsonenc._SPLIT_AT bytes the text outside strings alone is searched for the spellings
+# that differ: long strings holding those words (and quotes, backslashes, non-ASCII) beside
+# values that are spelled otherwise outside strings.
+_WORDS = st.sampled_from(["null", "e-", "0.0000", "1e-05", '"', "\\", "é", "\x7f", "abc", ", ", ": ", "NaN"])
+_LONG = st.lists(_WORDS, min_size=150, max_size=250).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_LONG, _SCRIPT_VALUES, st.booleans())
+def test_dumps_like_stdlib_writes_the_standard_librarys_text_beside_long_strings(text, value, first):
+    for body in ([text, value] if first else [value, text], {"b64": text, "v": value}, {text[:40]: value, "x": text}):
+        for kwargs in _LAYOUTS:
+            assert jsonenc.dumps_like_stdlib(body, **kwargs) == json.dumps(body, **kwargs), kwargs
+        assert jsonenc.compact_dumps(body) == json.dumps(body, separators=(",", ":")).encode()
+
+
 def _outcome(call, *args, **kwargs):
     try:
         return "value", call(*args, **kwargs)
