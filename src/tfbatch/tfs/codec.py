@@ -89,7 +89,7 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     if skeleton.translate(None, b",[]"):
         return None  # a string, an object, a literal: not numbers alone
     if len(values) <= _SMALL_BODY:
-        array = _small_numeric(values, info, max_bytes)
+        array = _small_numeric(values, skeleton, info, max_bytes)
         if array is None:
             return None
         return {key: coerce(array, info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
@@ -121,11 +121,12 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
 _SMALL_BODY = 4096
 
 
-def _small_numeric(values: bytes, info: TensorInfo, max_bytes: int | None) -> np.ndarray | None:
-    """``decode_numeric``'s array for a small body whose skeleton is brackets and commas alone:
-    the same values, shape and dtype, None where that reads None (ragged or empty lists,
-    deeper than ``_MAX_DEPTH``, text orjson refuses, a whole number past int64, the budget)."""
-    if len(values) - len(values.lstrip(b"[")) > _MAX_DEPTH:
+def _small_numeric(values: bytes, skeleton: bytes, info: TensorInfo, max_bytes: int | None) -> np.ndarray | None:
+    """``decode_numeric``'s array for a small body whose ``skeleton`` (its text less numbers and
+    spaces) is brackets and commas alone: the same values, shape and dtype, None where that
+    reads None (ragged or empty lists, deeper than ``_MAX_DEPTH``, text orjson refuses, a whole
+    number past int64, the budget)."""
+    if len(skeleton) - len(skeleton.lstrip(b"[")) > _MAX_DEPTH:  # counted without the spaces
         return None
     try:
         array = np.array(orjson.loads(values))

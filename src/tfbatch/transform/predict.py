@@ -136,8 +136,7 @@ def pool_start(candidates: tuple[int, ...], per_request: float | None, at_least:
     ``per_request``-byte requests holds at most ``POOL_START_HOP_BYTES``, whichever is larger."""
     if not per_request:
         return at_least
-    fits = [c for c in candidates if c * per_request <= POOL_START_HOP_BYTES]
-    return max([at_least, *fits[-1:]])
+    return max([at_least, *(c for c in candidates if c * per_request <= POOL_START_HOP_BYTES)])
 
 
 class RequestBytes:

@@ -118,3 +118,9 @@ def test_deep_nesting_goes_the_general_way_at_once():
     body = b'{"instances": ' + b"[" * dims + b"1" + b"]" * dims + b"}"
     tensors, _ = decode_numeric(body, _sig("float32", None))
     assert tensors["x"].shape == (1,) * dims
+    # Spaces between the brackets do not hide the depth, in a small body or a large one.
+    for pad in (b" ", b" " * 200):
+        spaced = b'{"instances": ' + (b"[" + pad) * 33 + b"1" + (pad + b"]") * 33 + b"}"
+        assert decode_numeric(spaced, _sig("float32", None)) is None
+        spaced = b'{"instances": ' + (b"[" + pad) * dims + b"1" + (pad + b"]") * dims + b"}"
+        assert decode_numeric(spaced, _sig("float32", None))[0]["x"].shape == (1,) * dims
