@@ -323,12 +323,8 @@ class Worker:
             bodies = None
         if bodies is not None:
             return [(200, body) for body in bodies]
-        out, at = [], 0
-        for size in sizes:
-            part = {k: v[at:at + size] for k, v in outputs.items()}
-            out.append(self._content(entry[0], "outputs", (part, fmt, version, sig_name)))
-            at += size
-        return out
+        return [self._content(entry[0], "outputs", (part, fmt, version, sig_name))
+                for part in cut_rows(outputs, sizes)]
 
     def _run_output(self, item_body: tuple) -> tuple:
         item, answer = item_body
@@ -388,20 +384,28 @@ def tensor_layout(tensors: dict) -> tuple | None:
     return tuple(sorted((k, a.dtype.str, a.shape[1:]) for k, a in tensors.items()))
 
 
+def cut_rows(tensors: dict, sizes: list[int]) -> list[dict]:
+    """``tensors`` cut along their first axis into parts of ``sizes`` rows, in order."""
+    parts, at = [], 0
+    for size in sizes:
+        parts.append({k: v[at:at + size] for k, v in tensors.items()})
+        at += size
+    return parts
+
+
 def join_runs(firsts: list, items: list) -> list:
     """``firsts`` with each run of two or more consecutive ``tensors`` results for the same
     model, version, signature, format and layout joined into one (see ``TENSORS_RUN``)."""
     import numpy as np
 
+    layouts = [tensor_layout(r[1]) if r[0] == "tensors" else None for r in firsts]
     out, n = firsts, 0
     while n < len(firsts):
-        first = firsts[n]
-        layout = tensor_layout(first[1]) if first[0] == "tensors" else None
+        first, layout = firsts[n], layouts[n]
         end = n + 1
         if layout is not None:
             key = (items[n][4], first[2], first[3], first[4])
-            while end < len(firsts) and firsts[end][0] == "tensors" and \
-                    (items[end][4], *firsts[end][2:5]) == key and tensor_layout(firsts[end][1]) == layout:
+            while end < len(firsts) and layouts[end] == layout and (items[end][4], *firsts[end][2:5]) == key:
                 end += 1
         if end - n > 1:
             members = firsts[n:end]

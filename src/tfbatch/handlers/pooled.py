@@ -27,7 +27,7 @@ import numpy as np
 
 from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
 from tfbatch.handlers.pool import LOST, HandlerPool
-from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, tensor_layout
+from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, cut_rows, tensor_layout
 from tfbatch.handlers.wire import OUT_OF_BAND_MIN
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
@@ -121,7 +121,7 @@ class PooledService:
 
         A part is one request's tensors, or a run of them a worker joined (``join_runs``); the
         parts that match go to one model call, and each takes its rows back."""
-        groups: dict[tuple, list[tuple[int, list[int] | None, dict]]] = defaultdict(list)
+        groups: dict[tuple, list[tuple[list[int], list[int] | None, dict]]] = defaultdict(list)
         out: dict[int, tuple] = {}
         for n, (where, result) in firsts.items():
             kind = result[0]
@@ -146,11 +146,8 @@ class PooledService:
                         out[m] = (where, (IN_RUN, None))
                     continue
                 # Each request alone: one that fails gets its own error, as in invoke.
-                at = 0
-                for m, size in zip(members, sizes or [None]):
-                    part = tensors if size is None else {k: v[at:at + size] for k, v in tensors.items()}
+                for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes)):
                     out[m] = (where, self._alone(name, version, sig_name, fmt, part))
-                    at += size or 0
         return out
 
     def _json(self, item: tuple, body: dict) -> tuple:
@@ -186,8 +183,7 @@ class PooledService:
         arrays = {k: np.asarray(v) for k, v in outputs.items()}
         if any(a.ndim == 0 or a.shape[0] != total for a in arrays.values()):
             return None
-        bounds = np.cumsum([0] + sizes)
-        return [{k: a[bounds[i]:bounds[i + 1]] for k, a in arrays.items()} for i in range(len(sizes))]
+        return cut_rows(arrays, sizes)
 
     def _output(self, outputs: dict[int, tuple], items: list, responses: list, deadline: float | None) -> None:
         by_where: dict[Any, list[int]] = defaultdict(list)
