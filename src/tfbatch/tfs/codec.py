@@ -109,11 +109,20 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
         return None
     if len(flat) != count:
         return None
-    array = np.array(flat)
-    whole = b"." not in values and b"e" not in values and b"E" not in values
-    if array.dtype.kind != ("i" if whole else "f"):
-        return None  # a whole number past int64 (orjson reads it as a float, json as an int)
+    if b"." in values or b"e" in values or b"E" in values:
+        # Floats (an integer among them too): straight into the input's float dtype, where
+        # ``np.array`` would make float64 and ``coerce`` cast it, the same one rounding from
+        # each value's double (~85 us less for a 64 x 64 x 3 image's 12,288 numbers).
+        array = np.fromiter(flat, _FLOAT_DTYPES.get(info.dtype, np.float64), count)
+    else:
+        array = np.array(flat)
+        if array.dtype.kind != "i":
+            return None  # a whole number past int64 (orjson reads it as a float, json as an int)
     return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
+
+
+# Input dtypes a body's floats are read into directly (others go through float64 and ``coerce``).
+_FLOAT_DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 # A body this small (one CSV line's instance) is read as nested lists, which NumPy shapes: the
