@@ -541,9 +541,10 @@ def _guarded(step, item) -> tuple:
 
 
 def _settle_heap() -> None:
-    """Leave what the worker holds for good (its imports, the script, the signatures) out of
-    every later collection, and collect the young generation less often (``WORKER_GC_THRESHOLDS``).
-    A reference cycle made while hops run is still collected."""
+    """Leave what the worker holds for good (its imports and the script's) out of every later
+    collection, and collect the young generation less often (``WORKER_GC_THRESHOLDS``). Once,
+    after start-up: a later freeze would keep for good whatever garbage was waiting then. A
+    reference cycle made while hops run is still collected."""
     import gc
 
     gc.freeze()
@@ -572,7 +573,6 @@ def main(conn) -> None:
             return
         if type(message) is tuple and message[0] == "models":
             worker.models = message[1]
-            _settle_heap()
             wire.send(conn, ("ready", None))
             continue
         wire.send(conn, [worker.run(step, items) for step, items in message])
