@@ -392,6 +392,11 @@ def tensor_layout(tensors: dict) -> tuple | None:
     return tuple(sorted((k, a.dtype.str, a.shape[1:]) for k, a in tensors.items()))
 
 
+def row_count(tensors: dict) -> int:
+    """The rows of tensors whose ``tensor_layout`` is not None (they all have as many)."""
+    return next(iter(tensors.values())).shape[0]
+
+
 def cut_rows(tensors: dict, sizes: list[int]) -> list[dict]:
     """``tensors`` cut along their first axis into parts of ``sizes`` rows, in order."""
     parts, at = [], 0
@@ -417,7 +422,7 @@ def join_runs(firsts: list, items: list) -> list:
                 end += 1
         if end - n > 1:
             members = firsts[n:end]
-            sizes = [next(iter(r[1].values())).shape[0] for r in members]
+            sizes = [row_count(r[1]) for r in members]
             joined = {k: np.concatenate([r[1][k] for r in members]) for k in first[1]}
             if out is firsts:
                 out = list(firsts)

@@ -27,7 +27,7 @@ import numpy as np
 
 from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
 from tfbatch.handlers.pool import LOST, HandlerPool
-from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, cut_rows, tensor_layout
+from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, cut_rows, row_count, tensor_layout
 from tfbatch.handlers.wire import OUT_OF_BAND_MIN
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
@@ -170,7 +170,7 @@ class PooledService:
 
     def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
         """One model call for many requests' tensors, split back; None if it fails or cannot be split."""
-        sizes = [next(iter(t.values())).shape[0] for t in requests]
+        sizes = [row_count(t) for t in requests]
         try:
             servable = self.service.model_server.resolve(name, version)
             joined = requests[0] if len(requests) == 1 else \
