@@ -458,17 +458,57 @@ def encode_predict_bodies(outputs: Mapping[str, np.ndarray], sizes: list[int], f
     encode: what ``jsonenc.dumps(encode_predict(part, fmt, native=True))`` gives each request's
     ``sizes[i]`` rows, or None where this cannot tell (the caller then encodes each alone).
 
-    Taken: one output, of one or two dimensions, of booleans, integers or finite float16/32/64
-    (what ``jsonenc.native_array`` hands orjson as it is), every request one row or more.
-    orjson writes each number alone, so the text of the whole array, cut at its row bounds,
-    holds each request's text: ``[[a,b],[c,d]]`` splits at ``],[``, ``[a,b,c]`` at commas.
+    Taken: outputs of one or two dimensions sharing the batch dimension, of booleans, integers
+    or finite float16/32/64 (what ``jsonenc.native_array`` hands orjson as it is), every
+    request one row or more. orjson writes each number alone, so the text of a whole output,
+    cut at its row bounds, holds each request's text: ``[[a,b],[c,d]]`` splits at ``],[``,
+    ``[a,b,c]`` at commas. With several outputs (a classifier's ``classes`` and
+    ``probabilities``) each row's object, or each request's columns, is put together from
+    those cuts in the codec's key order.
     """
-    if len(outputs) != 1 or fmt not in (ROW, COLUMNAR) or not sizes or min(sizes) < 1:
+    if not outputs or fmt not in (ROW, COLUMNAR) or not sizes or min(sizes) < 1:
         return None
-    ((_, arr),) = outputs.items()
+    total = sum(sizes)
+    keys = sorted(outputs)
+    cuts = []
+    for key in keys:
+        cut = _row_texts(outputs[key], total)
+        if cut is None:
+            return None
+        cuts.append(cut)
+    bodies: list[bytes] = []
+    at = 0
+    if len(keys) == 1:
+        ((parts, sep, left, right),) = cuts
+        head = (b'{"predictions":' if fmt == ROW else b'{"outputs":') + left
+        right += b"}"
+        for size in sizes:
+            bodies.append(head + sep.join(parts[at:at + size]) + right)
+            at += size
+        return bodies
+    names = [orjson.dumps(key) + b":" for key in keys]
+    if fmt == COLUMNAR:  # {"outputs": {key: the request's rows of that output, ...}}
+        for size in sizes:
+            columns = [name + left + sep.join(parts[at:at + size]) + right
+                       for name, (parts, sep, left, right) in zip(names, cuts)]
+            bodies.append(b'{"outputs":{' + b",".join(columns) + b"}}")
+            at += size
+        return bodies
+    # {"predictions": [{key: the row's value, ...} per row]}: a 2-D output's row in brackets.
+    values = [parts if sep == b"," else [b"[" + part + b"]" for part in parts] for parts, sep, _, _ in cuts]
+    rows = [b"{" + b",".join(name + value for name, value in zip(names, row)) + b"}" for row in zip(*values)]
+    for size in sizes:
+        bodies.append(b'{"predictions":[' + b",".join(rows[at:at + size]) + b"]}")
+        at += size
+    return bodies
+
+
+def _row_texts(arr: np.ndarray, rows: int) -> tuple[list[bytes], bytes, bytes, bytes] | None:
+    """One output's text cut per row: (each row's text, the separator, the opening and closing
+    brackets), or None where orjson's text of it cannot be cut (``encode_predict_bodies``)."""
     arr = np.asarray(arr)
     kind = arr.dtype.kind
-    if arr.ndim not in (1, 2) or arr.shape[0] != sum(sizes) or arr.ndim == 2 and arr.shape[1] == 0:
+    if arr.ndim not in (1, 2) or arr.shape[0] != rows or arr.ndim == 2 and arr.shape[1] == 0:
         return None
     if kind == "f":
         if arr.dtype == np.float16:
@@ -481,17 +521,12 @@ def encode_predict_bodies(outputs: Mapping[str, np.ndarray], sizes: list[int], f
         return None
     text = orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)
     if arr.ndim == 2:
-        parts, sep, left, right = text[2:-2].split(b"],["), b"],[", b"[[", b"]]}"
+        parts, sep, left, right = text[2:-2].split(b"],["), b"],[", b"[[", b"]]"
     else:
-        parts, sep, left, right = text[1:-1].split(b","), b",", b"[", b"]}"
-    if len(parts) != arr.shape[0]:
+        parts, sep, left, right = text[1:-1].split(b","), b",", b"[", b"]"
+    if len(parts) != rows:
         return None
-    head = (b'{"predictions":' if fmt == ROW else b'{"outputs":') + left
-    bodies, at = [], 0
-    for size in sizes:
-        bodies.append(head + sep.join(parts[at:at + size]) + right)
-        at += size
-    return bodies
+    return parts, sep, left, right
 
 
 def _column_rows(arr: np.ndarray, key: str, shortest_floats: bool, native: bool) -> Any:

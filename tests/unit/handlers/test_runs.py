@@ -20,10 +20,15 @@ DTYPES = st.sampled_from([np.float16, np.float32, np.float64, np.int8, np.int32,
 @st.composite
 def outputs_and_sizes(draw):
     sizes = draw(st.lists(st.integers(0, 4), min_size=1, max_size=6))
-    dims = draw(st.sampled_from([(), (1,), (3,), (0,), (2, 2)]))
-    dtype = draw(DTYPES)
-    arr = draw(hnp.arrays(dtype, (sum(sizes), *dims)))
-    return {"k": arr}, sizes
+    # One output, or several (a classifier's "classes" and "probabilities"), each its own
+    # shape and dtype; names that JSON must escape, and keys out of order.
+    names = draw(st.lists(st.sampled_from(["k", "classes", "probabilities", "a\"b", "z\u00e9", "0"]),
+                          min_size=1, max_size=3, unique=True))
+    outputs = {}
+    for name in names:
+        dims = draw(st.sampled_from([(), (1,), (3,), (0,), (2, 2)]))
+        outputs[name] = draw(hnp.arrays(draw(DTYPES), (sum(sizes), *dims)))
+    return outputs, sizes
 
 
 def _alone(outputs: dict, sizes: list[int], fmt: str) -> list[bytes]:
@@ -52,7 +57,16 @@ def test_the_common_answers_are_encoded_together():
     nan = probs.copy()
     nan[3, 2] = np.nan
     assert encode_predict_bodies({"p": nan}, [1] * 7, ROW) is None  # NaN: written per request
-    assert encode_predict_bodies({"a": probs, "b": probs}, [1] * 7, ROW) is None  # one dict per row
+    classifier = {"probabilities": probs, "classes": np.argmax(probs, axis=1)}
+    for sizes in ([1] * 7, [3, 4]):
+        for fmt in (ROW, COLUMNAR):
+            assert encode_predict_bodies(classifier, sizes, fmt) == _alone(classifier, sizes, fmt)
+    assert encode_predict_bodies({"c": np.arange(2), "p": np.eye(2, dtype=np.float32)}, [1, 1], ROW) == [
+        b'{"predictions":[{"c":0,"p":[1.0,0.0]}]}', b'{"predictions":[{"c":1,"p":[0.0,1.0]}]}']
+    assert encode_predict_bodies({"c": np.arange(2), "p": np.eye(2, dtype=np.float32)}, [2], COLUMNAR) == [
+        b'{"outputs":{"c":[0,1],"p":[[1.0,0.0],[0.0,1.0]]}}']
+    assert encode_predict_bodies({"a": probs, "b": nan}, [1] * 7, ROW) is None  # NaN in one output
+    assert encode_predict_bodies({"a": probs, "b": np.zeros((7, 2, 2))}, [1] * 7, ROW) is None  # 3-D
     assert encode_predict_bodies({"p": probs}, [0, 7], ROW) is None
 
 
