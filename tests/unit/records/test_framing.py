@@ -36,8 +36,46 @@ chunk_sizes = st.integers(min_value=1, max_value=40)
 WRITERS = {"TFRecord": write_tfrecord, "RecordIO": write_recordio}
 
 
+class _Reader(io.RawIOBase):
+    """Any stream that is not a BytesIO: read in chunks of ``chunk_size`` (a file, gunzip, S3)."""
+
+    def __init__(self, data: bytes):
+        self._data, self._pos = data, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n is None or n < 0 else self._pos + n
+        out = self._data[self._pos:end]
+        self._pos += len(out)
+        return out
+
+
+def _seen(records) -> list[tuple]:
+    return [(r.index, r.offset, r.data, r.raw, None if r.error is None else str(r.error)) for r in records]
+
+
 def records_of(data: bytes, split_type, **kw):
-    return list(iter_records(io.BytesIO(data), split_type, **kw))
+    """The records of ``data`` held whole (a BytesIO: split in place), checked to be exactly
+    those of the same bytes read as a stream in chunks."""
+    whole = list(iter_records(io.BytesIO(data), split_type, **kw))
+    assert _seen(whole) == _seen(iter_records(_Reader(data), split_type, **kw))
+    return whole
+
+
+@pytest.mark.parametrize("split_type", ["TFRecord", "RecordIO", "Line"])
+def test_a_bytesio_read_partly_splits_from_where_it_stands(split_type):
+    recs = [b"first", b"second \x00 record", b"third"]
+    blob = write_lines(recs) if split_type == "Line" else WRITERS[split_type](recs)
+    head = b"HEADER"  # read by someone else before the splitter got the stream
+    held, streamed = io.BytesIO(head + blob), _Reader(head + blob)
+    held.read(len(head))
+    streamed.read(len(head))
+    got = _seen(iter_records(held, split_type, chunk_size=4))
+    assert got == _seen(iter_records(streamed, split_type, chunk_size=4))
+    assert [data for _, _, data, _, _ in got] == recs and got[0][1] == 0
+    assert held.read() == b""  # the splitter owns the rest of the stream
 
 
 def crc32c_python(data: bytes) -> int:
