@@ -403,8 +403,17 @@ def _resample(tf, image, size):
     image is made) gave PIL's pixels all but exactly, but cost 1.8x the CPU of this pass
     (1.48 vs 0.83 ms per ~22 KB JPEG to 64 x 64), for a difference of one level in about
     one pixel in ten.
+
+    An image that grows on both axes (or keeps one) takes TensorFlow's plain bilinear
+    kernel: antialiasing only widens the filter when shrinking, so the two compute the same
+    sums (equal to float rounding: a level apart only where a value sits on a half level,
+    ~1 pixel in 5,000 at uneven factors), and the general antialiased kernel cost 4x the
+    CPU on a 32 x 32 PNG grown to 64 x 64 (0.15 against 0.035 ms an image).
     """
-    out = tf.image.resize(image, size, method="bilinear", antialias=True)
+    grows = tf.reduce_all(tf.shape(image)[-3:-1] <= tf.constant(size))
+    out = tf.cond(grows,
+                  lambda: tf.image.resize(image, size, method="bilinear", antialias=False),
+                  lambda: tf.image.resize(image, size, method="bilinear", antialias=True))
     return tf.cast(tf.clip_by_value(tf.floor(out + 0.5), 0.0, 255.0), tf.uint8)
 
 

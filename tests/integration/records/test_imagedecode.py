@@ -188,3 +188,21 @@ def test_the_decode_runs_on_the_cpu_whatever_devices_are_visible():
             assert len(nodes) > 20
             assert all(n.device.endswith("CPU:0") for n in nodes), \
                 sorted({(n.op, n.device) for n in nodes if not n.device.endswith("CPU:0")})
+
+
+@pytest.mark.parametrize("source, size", [((32, 32), (64, 64)), ((17, 23), (64, 64)), ((10, 10), (11, 13)),
+                                          ((64, 48), (64, 96)), ((1, 1), (8, 8))])
+def test_an_image_that_grows_gets_the_antialiased_kernels_levels(source, size):
+    # Growing images take TensorFlow's plain bilinear kernel (imagedecode._resample): the sums
+    # of the antialiased one, to float rounding, so a level apart only on a half level.
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(sum(source)).integers(0, 256, (*source, 3), dtype=np.uint8)
+    got = ImageDecoder(ImageTarget(*size, 3, "uint8")).decode_one(_encode(pixels, "PNG"))[0]
+    exact = tf.image.resize(pixels, size, method="bilinear", antialias=True).numpy()
+    want = np.clip(np.floor(exact + 0.5), 0, 255)
+    diff = np.abs(got.astype(np.int32) - want)
+    assert diff.max() <= 1
+    # Only where the antialiased kernel's value is on a half level can the rounding differ.
+    assert np.all(np.abs(exact - np.floor(exact) - 0.5)[diff > 0] < 1e-3)
+    assert (diff > 0).mean() < 0.005
