@@ -163,7 +163,6 @@ class LocalAdapter(BaseAdapter):
 
 def _answer(service: Any, method: str, path: str, body: Any) -> tuple[int, bytes]:
     """(status, JSON body) as the loopback REST endpoint answers ``method path``."""
-    from tfbatch.runtime import jsonenc
     from tfbatch.tfs.rest import call_model_server, decode_json_object, parse_path
 
     try:
@@ -177,7 +176,7 @@ def _answer(service: Any, method: str, path: str, body: Any) -> tuple[int, bytes
         elif body is not None and not isinstance(body, bytes):
             body = b"".join(body)  # a generator or file-like body: requests streams it
         request = decode_json_object(body or b"", f":{target.action}")
-        return 200, jsonenc.dumps(service._call_model(request, target.name, target.version, target.action))
+        return 200, service.model_answer(request, target.name, target.version, target.action)
     except TfbatchError as err:
         return err.status, err.to_json()
     except Exception as exc:  # noqa: BLE001 - as the endpoint: a failure is the caller's 500
