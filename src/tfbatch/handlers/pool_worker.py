@@ -515,6 +515,20 @@ def b64_texts(body: Any, sig: Any) -> tuple[str, Any, list[str]] | None:
     return key, info, texts
 
 
+def b64_request(body: Any, sig: Any, max_pixels: int) -> tuple[int, dict[str, Any]] | None:
+    """One body through the fast decode on its own (a script's in-process REST call, not a
+    hop's requests together): (its rows, its tensors), or None where the general path decides
+    (any other body, or base64 the decoder refuses)."""
+    found = b64_texts(body, sig)
+    if found is None:
+        return None
+    key, info, texts = found
+    values = b64decode_all(texts)
+    if any(value is None for value in values):
+        return None
+    return len(texts), b64_tensors(values, key, info, sig, max_pixels)
+
+
 def b64_tensors(values: list[bytes], key: str, info: Any, sig: Any, max_pixels: int) -> dict[str, Any]:
     """The request's tensor from its decoded values, each image's header checked first."""
     import numpy as np

@@ -227,7 +227,7 @@ class InferenceService:
         """
         if type(body) is not dict or len(body) != 1 or "instances" not in body:
             return None
-        from tfbatch.handlers.pool_worker import b64_tensors, b64_texts, b64decode_all
+        from tfbatch.handlers.pool_worker import b64_request
         from tfbatch.tfs.codec import ROW, encode_predict, encode_predict_bodies
 
         try:
@@ -235,16 +235,12 @@ class InferenceService:
             sig = servable.signature(None)
         except TfbatchError:
             return None  # the general path names what is missing
-        found = b64_texts(body, sig)
+        found = b64_request(body, sig, self.max_image_pixels)
         if found is None:
-            return None
-        key, info, texts = found
-        values = b64decode_all(texts)
-        if any(value is None for value in values):
-            return None  # base64 the decoder refuses: the codec words the error
-        tensors = b64_tensors(values, key, info, sig, self.max_image_pixels)
+            return None  # another body, or base64 the decoder refuses: the codec words the error
+        rows, tensors = found
         outputs = self.model_server.run_signature(servable, sig, tensors)
-        bodies = encode_predict_bodies(outputs, [len(texts)], ROW)
+        bodies = encode_predict_bodies(outputs, [rows], ROW)
         return bodies[0] if bodies else jsonenc.dumps(encode_predict(outputs, ROW, sig, native=True))
 
     def _call_model(self, body: dict, name: str, version: str | None, method: str) -> dict:

@@ -13,7 +13,7 @@ from PIL import Image
 
 from tfbatch.errors import InvalidInput
 from tfbatch.handlers import pool_worker
-from tfbatch.handlers.pool_worker import b64_tensors, b64_texts, b64decode_all
+from tfbatch.handlers.pool_worker import b64_request
 from tfbatch.records.images import check_encoded_images
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
 from tfbatch.testing.hostile import png_bomb
@@ -23,16 +23,11 @@ MAX_PIXELS = 50_000_000
 
 
 def b64_rows(body, sig, max_pixels):
-    """One body through the fast path as ``Worker.run`` and ``Worker._finish`` take a hop's:
-    the texts, their decode, then the tensors; None where the general path decides."""
-    found = b64_texts(body, sig)
-    if found is None:
-        return None
-    key, info, texts = found
-    values = b64decode_all(texts)
-    if any(v is None for v in values):
-        return None
-    return b64_tensors(values, key, info, sig, max_pixels)
+    """One body through the fast path (``b64_request``: the texts, their decode, then the
+    tensors, as ``Worker.run`` and ``Worker._finish`` take a hop's); None where the general
+    path decides."""
+    found = b64_request(body, sig, max_pixels)
+    return None if found is None else found[1]
 
 
 @pytest.fixture(autouse=True, params=["installed", "binascii"])
