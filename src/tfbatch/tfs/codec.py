@@ -507,19 +507,14 @@ def _row_texts(arr: np.ndarray, rows: int) -> tuple[list[bytes], bytes, bytes, b
     """One output's text cut per row: (each row's text, the separator, the opening and closing
     brackets), or None where orjson's text of it cannot be cut (``encode_predict_bodies``)."""
     arr = np.asarray(arr)
-    kind = arr.dtype.kind
     if arr.ndim not in (1, 2) or arr.shape[0] != rows or arr.ndim == 2 and arr.shape[1] == 0:
         return None
-    if kind == "f":
-        if arr.dtype == np.float16:
-            arr = arr.astype(np.float32)
-        elif arr.dtype not in (np.float32, np.float64):
-            return None
-        if not np.isfinite(arr).all():
-            return None  # TF Serving's NaN/Infinity tokens: each request's own encode writes them
-    elif kind not in "biu":
+    # What the per-request encode hands orjson as it is (float16 widened to float32); None or a
+    # fragment (NaN/Infinity, TF Serving's tokens) leaves each request to its own encode.
+    arr = jsonenc.native_array(arr)
+    if type(arr) is not np.ndarray:
         return None
-    text = orjson.dumps(np.ascontiguousarray(arr), option=orjson.OPT_SERIALIZE_NUMPY)
+    text = orjson.dumps(arr, option=orjson.OPT_SERIALIZE_NUMPY)
     if arr.ndim == 2:
         parts, sep, left, right = text[2:-2].split(b"],["), b"],[", b"[[", b"]]"
     else:
