@@ -8,11 +8,11 @@
 #    astunparse, gast, google-pasta, termcolor, ml_dtypes, h5py, py-spy; and keras, optree,
 #    namex, which the ninth session's lease lacked: without Keras the tf.data script's import
 #    was as short as tfbatch's, unlike a real install) at the versions in .venv;
-#    `split -b 58M` the TensorFlow wheel into .dev16/p1..p4 (tfpart0-3) and .dev16/p5 (tfpart4;
-#    the other wheels in p5/whl, py-spy's among them; the bench models in p5/models, and for
+#    split the TensorFlow wheel into .dev16/p1..pK (tfpart0..) and .dev16/last (its last part;
+#    the other wheels in last/whl, py-spy's among them; the bench models in last/models, and for
 #    bf16 the calibrated MobileNetV2 archive of benchmarks.transform.bf16); .dev16 is git-excluded;
-#  - device: calls 1-4 carry .dev16/pK and copy its part to /tmp/parts (a carried folder does
-#    not outlive the next call; /tmp on a warm machine does); call 5 carries .dev16/p5 and runs
+#  - device: calls 1..K carry .dev16/pK and copy its part to /tmp/parts (a carried folder does
+#    not outlive the next call; /tmp on a warm machine does); the last call carries .dev16/last and runs
 #    this script. Each call returns in seconds; the machine stays warm 30 s between calls.
 #  - Results: $OUT/log and $OUT/res.tgz (every JSON so far, rewritten after each step, so a
 #    run stopped at its limit still returns what finished). Data is made there
@@ -27,16 +27,18 @@ PY=${PY:-python3}
 t0=$(date +%s)
 if [ -z "$SKIP_INSTALL" ]; then
   W=/tmp/tensorflow_cpu-2.21.0-cp312-cp312-manylinux_2_27_x86_64.whl
-  cat /tmp/parts/tfpart0 /tmp/parts/tfpart1 /tmp/parts/tfpart2 /tmp/parts/tfpart3 $D/p5/tfpart4 > $W || exit 1
+  # the parts in their order (tfpart0, 1, ...): the first ones copied to /tmp/parts, the last carried
+  cat $(for f in /tmp/parts/tfpart* $D/last/tfpart*; do echo "$(basename $f) $f"; done | sort | cut -d" " -f2) > $W || exit 1
+  sha256sum -c --quiet <(sed "s#  .*#  $W#" $D/last/tf.sha256) || exit 1
   sha256sum $W
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $W $D/p5/whl/*.whl 2>&1 | tail -3
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $W $D/last/whl/*.whl 2>&1 | tail -3
   export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD/src:$PWD TF_CPP_MIN_LOG_LEVEL=2 PYTHONUNBUFFERED=1
 echo "install done $(( $(date +%s) - t0 )) s"; nproc; grep -m1 "model name" /proc/cpuinfo; free -g | head -2
 flags=$(grep -m1 -o -w -E 'amx_bf16|amx_tile|avx512_bf16|avx512_fp16' /proc/cpuinfo | sort -u | tr '\n' ' '); echo "bf16 flags: $flags"
 $PY -c "from tfbatch.runtime.tf_import import import_tensorflow; tf=import_tensorflow(); print('tf', tf.__version__)" || exit 1
-WD=${WD:-/tmp/w}; RES=/tmp/res; mkdir -p $RES $WD $OUT && cp -rn $D/p5/models $WD/
+WD=${WD:-/tmp/w}; RES=/tmp/res; mkdir -p $RES $WD $OUT && cp -rn $D/last/models $WD/
 save() { tar czf $OUT/res.tgz -C $RES . ; }
 NOTE="${NOTE:-16-core device machine, CPU only (TensorFlow CPU wheel carried over)}"
 if [ -z "$NO_BF16" ] && [ -n "$flags" ]; then
