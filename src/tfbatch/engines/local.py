@@ -68,6 +68,12 @@ MAX_AUTO_PROCESSES = 8  # each process holds its own TensorFlow runtime and copy
 # JPEGs 1-1.5 s slower with 2 processes than with 1, 2,000 and 5,000 about as fast, 10,000
 # 9 % and 20,000 20-25 % faster (benchmarks/transform/profile/processes.md).
 MIN_OBJECTS_PER_PROCESS = 4000
+# ... or bytes: a few large objects (TFRecord shards, CSV files) hold as much work as
+# thousands of images. 4,000 JPEGs of ~22 KB are ~88 MB; on the sixteen-core lease ten
+# 120 MB TFRecord shards (50,000 records) ran as one process, its GIL busy with the script's
+# hooks the whole job while 12 of 16 cores idled (profile/sixteen-cores.md). A process needs
+# at least one object: objects are handed out whole.
+MIN_BYTES_PER_PROCESS = 64 * 1024 * 1024
 # How long the engine lists before it decides: a listing slower than this is taken as long.
 PEEK_SECONDS = 0.5
 CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
@@ -260,14 +266,15 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[str]], *,
-                           single_handler: bool = False, objects: int | None = None) -> int:
+                           single_handler: bool = False, objects: int | None = None, size: int = 0) -> int:
     """Worker processes for each of the job's instances: ``--processes``, else 1 where a GPU
     is given to an instance (one process drives it), else one per ``CORES_PER_PROCESS`` of
     the instance's share of ``cores``, so 1 below 8 cores; for a script with a single
     ``handler``, whose Python (model calls included) all runs on its process's GIL, one per
     ``HANDLER_CORES_PER_PROCESS`` and 2 from 2 cores on; at most ``MAX_AUTO_PROCESSES``, and
     where the number of ``objects`` per instance is known, at most one per
-    ``MIN_OBJECTS_PER_PROCESS`` of them."""
+    ``MIN_OBJECTS_PER_PROCESS`` of them or per ``MIN_BYTES_PER_PROCESS`` of their ``size``
+    (bytes), whichever allows more, but never more than there are objects."""
     if spec.processes is not None:
         return spec.processes
     if any(devices):
@@ -278,7 +285,7 @@ def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[s
     else:
         per = share // CORES_PER_PROCESS
     if objects is not None:
-        per = min(per, objects // MIN_OBJECTS_PER_PROCESS)
+        per = min(per, max(objects // MIN_OBJECTS_PER_PROCESS, min(objects, size // MIN_BYTES_PER_PROCESS)))
     return max(1, min(MAX_AUTO_PROCESSES, per))
 
 
@@ -300,7 +307,8 @@ def processes_for_job(spec: TransformSpec, cores: int, devices: list[list[str]],
         todo = inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
         if todo is not None:
             per = min(per, processes_per_instance(spec, cores, devices, single_handler=single_handler,
-                                                  objects=todo // spec.instance_count))
+                                                  objects=todo.objects // spec.instance_count,
+                                                  size=todo.bytes // spec.instance_count))
     return max(1, per), inputs
 
 

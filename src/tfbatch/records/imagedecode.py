@@ -55,6 +55,14 @@ CHANNELS = (1, 3, 4)
 _LUMA = (19595, 38470, 7471, 32768)
 
 
+# Each shard is one TensorFlow call, whose own cost (tensors made from the bodies, the
+# function's argument binding, a thread hand-off) is paid under the GIL: 64 JPEGs as 16
+# shards of 4 took ~0.1 ms more CPU per image than as 2 of 32 on the 2-core VM, and on 16
+# cores, 4 processes each cutting every batch into 16 shards for its 4 lane workers spent
+# 1.9 ms of CPU per image where tf.data spent 1.3 (profile/sixteen-cores.md).
+MIN_SHARD_IMAGES = 16
+
+
 @dataclass(frozen=True, slots=True)
 class ImageTarget:
     """What the model's input wants: size (None: keep the image's own), channels, dtype name."""
@@ -117,17 +125,22 @@ class DecodedImages:
 class ImageDecoder:
     """Decodes batches of encoded images for one :class:`ImageTarget`; thread-safe, reusable.
 
-    ``workers`` shards run at once (default: the CPUs this process may use); the calling
-    thread runs one shard itself. Each shard decodes its images one after another, so
-    peak memory is about one 8-bit copy of one full-size image per shard: the resize's
-    float buffer holds [H, image width], never a float copy of the image.
+    Up to ``workers`` shards run at once (default: the cores this process may use,
+    ``usable_cores``; a job's instance passes its share of them), each of at least
+    ``min_shard`` images (:func:`shard_size`); the calling thread runs one shard
+    itself. Each shard decodes its images one after another, so peak memory is about one
+    8-bit copy of one full-size image per shard: the resize's float buffer holds
+    [H, image width], never a float copy of the image.
     """
 
     def __init__(self, target: ImageTarget, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
-                 workers: int | None = None):
+                 workers: int | None = None, min_shard: int = MIN_SHARD_IMAGES):
+        from tfbatch.runtime.placement import usable_cores
+
         self.target = target
         self.max_pixels = max_pixels
-        self.workers = max(1, workers or len(os.sched_getaffinity(0)))
+        self.workers = max(1, workers or usable_cores())
+        self.min_shard = max(1, min_shard)
         self._fn = None
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = os.getpid()
@@ -238,10 +251,10 @@ class ImageDecoder:
         """``admitted`` in up to ``workers`` shards at once; ``each``: one call per image, each
         shard giving (rows, [array per row], errors), else one call per shard (:meth:`_shard`)."""
         work = self._each if each else self._shard
-        count = min(self.workers, len(admitted))
-        if count <= 1:
+        # One call per image either way with ``each``: only the thread count matters there.
+        size = shard_size(len(admitted), self.workers, 1 if each else self.min_shard)
+        if size >= len(admitted):
             return [work(admitted, bodies, names)] if admitted else []
-        size = -(-len(admitted) // count)
         shards = [admitted[k:k + size] for k in range(0, len(admitted), size)]
         futures = [self._executor().submit(work, shard, bodies, names) for shard in shards[1:]]
         first = work(shards[0], bodies, names)
@@ -436,6 +449,16 @@ def _unpremultiply(tf, image):
 
 
 @lru_cache(maxsize=32)
-def decoder_for(target: ImageTarget, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> ImageDecoder:
-    """A shared decoder per (target, budget): the traced function and threads are built once."""
-    return ImageDecoder(target, max_pixels=max_pixels)
+def decoder_for(target: ImageTarget, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+                workers: int | None = None) -> ImageDecoder:
+    """A shared decoder per (target, budget, workers): the traced function and threads are built once."""
+    return ImageDecoder(target, max_pixels=max_pixels, workers=workers)
+
+
+def shard_size(images: int, workers: int, least: int = 1) -> int:
+    """Images per shard for a batch of ``images``: spread over up to ``workers`` shards, each
+    of at least ``least`` images (``images`` itself where one shard takes them all)."""
+    if images <= 0:
+        return 0
+    count = max(1, min(workers, images // max(1, least)))
+    return -(-images // count)

@@ -436,7 +436,7 @@ class InstanceRunner:
                      "in_flight_objects": "flag" if self.spec.max_concurrent_transforms
                      else "batch size x (workers + 2)"}
         predict = self._predict = ImageBatchPredict(self.stack.service, max_image_pixels=self.spec.max_image_pixels,
-                                                    tuner=tuner, sent=sent)
+                                                    tuner=tuner, sent=sent, decode_workers=self.cores())
         return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
                         threads=self.spec.lane_workers or max(MIN_LANE_THREADS, self.cores()),
                         max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats,

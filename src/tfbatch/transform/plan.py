@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from typing import NamedTuple
 
 import numpy as np
 
@@ -105,6 +106,13 @@ class Partition:
             yield ref
 
 
+class Todo(NamedTuple):
+    """What a job still has to run, as :meth:`JobInputs.peek` found it."""
+
+    objects: int
+    bytes: int
+
+
 class JobInputs:
     """The job's one listing pass: ``(instance, ref)`` for every object still to run.
 
@@ -134,9 +142,10 @@ class JobInputs:
             raise ValueError("a listing pass already under way cannot be assigned again")
         return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size)
 
-    def peek(self, limit: int, seconds: float, clock=time.monotonic) -> int | None:
-        """How many objects the job still has to run, if the listing ends within its first
-        ``limit`` objects and ``seconds`` (checked between listing pages); else None.
+    def peek(self, limit: int, seconds: float, clock=time.monotonic) -> "Todo | None":
+        """How many objects the job still has to run, and their bytes (as listed; an object of
+        unknown size counts 0), if the listing ends within its first ``limit`` objects and
+        ``seconds`` (checked between listing pages); else None.
 
         The objects looked at are kept and handed out first when the pass runs, so the
         listing is still made once. Call it before the pass starts (and before ``replanned``).
@@ -162,7 +171,12 @@ class JobInputs:
         if not ended:
             return None
         # Objects the ledger records as done do not count (a resumed job may have few left).
-        return sum(int((~flags).sum()) for _page, _i, flags in iter_assigned_pages(seen, 1, self.done))
+        objects = size = 0
+        for page, _i, flags in iter_assigned_pages(seen, 1, self.done):
+            todo = np.flatnonzero(~flags).tolist()
+            objects += len(todo)
+            size += sum(page[j].size or 0 for j in todo)
+        return Todo(objects, size)
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
         for instances, page in self.pages():

@@ -268,7 +268,8 @@ class ImageBatchPredict:
 
     name = "image-batch"
 
-    def __init__(self, service: Any, *, max_image_pixels: int, tuner: Any = None, sent: RequestBytes | None = None):
+    def __init__(self, service: Any, *, max_image_pixels: int, tuner: Any = None, sent: RequestBytes | None = None,
+                 decode_workers: int | None = None):
         self.service = service
         self.servable = service.model_server.resolve(None)
         self.sig = self.servable.signatures[self.servable.default_signature]
@@ -279,7 +280,9 @@ class ImageBatchPredict:
         if info.dtype != "string":
             from tfbatch.records.imagedecode import decoder_for
 
-            self.decoder = decoder_for(_image_target(info, self.sig.name), max_image_pixels)
+            # decode_workers: the instance's share of the cores (every process of a job would
+            # otherwise start threads for all of them).
+            self.decoder = decoder_for(_image_target(info, self.sig.name), max_image_pixels, decode_workers)
             self.decoder.prepare()  # traced while the job lists and reads its first objects
         self.tuner = tuner
         self._lock = threading.Lock()
@@ -400,6 +403,7 @@ class ImageBatchPredict:
         return {"name": f"{self.servable.name}/{self.servable.version}/{self.sig.name}",
                 "batches": self.batches, "failed_batches": self.failed_batches, "rows": self.rows,
                 "batch_sizes": dict(sorted(self._histogram.items())), "objects_run_alone": self.run_alone,
+                "decode_workers": None if self.decoder is None else self.decoder.workers,
                 "autotune": None if self.tuner is None else self.tuner.report()}
 
     def close(self) -> None:

@@ -138,7 +138,7 @@ def test_bad_items_cost_only_themselves_and_are_named(bodies):
     names = ["a.jpg", "cut.jpg", "b.jpg", "anim.gif", "photo.bmp", "c.jpg", "photo.webp", "bomb.png",
              "empty.jpg", "d.png", "notes.txt"]
     target = ImageTarget(64, 64, 3, "float32")
-    result = ImageDecoder(target, workers=3).decode(bodies_in, names)
+    result = ImageDecoder(target, workers=3, min_shard=1).decode(bodies_in, names)  # 3 shards of 4
 
     assert result.rows == [0, 2, 5, 9]
     alone = ImageDecoder(target, workers=1).decode(good)
@@ -158,7 +158,7 @@ def test_shards_keep_input_order(bodies):
     many = (bodies["JPEG"] + bodies["PNG"]) * 3
     target = ImageTarget(32, 48, 3, "uint8")
     one = ImageDecoder(target, workers=1).decode(many)
-    four = ImageDecoder(target, workers=4).decode(many)
+    four = ImageDecoder(target, workers=4, min_shard=1).decode(many)
     assert one.rows == four.rows == list(range(len(many)))
     np.testing.assert_array_equal(one.array, four.array)
     for row in (0, 4, len(many) - 1):

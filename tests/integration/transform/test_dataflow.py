@@ -167,6 +167,7 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
 
     from tfbatch.handlers.service import InferenceService, InvocationRequest
     from tfbatch.runtime import ModelServer
+    from tfbatch.runtime.placement import usable_cores
     from tfbatch.testing.models import make_keras_image_model
 
     model = make_keras_image_model(tmp_path / "keras" / "1")
@@ -183,6 +184,15 @@ def test_float_image_jobs_decode_a_hop_together_and_answer_what_one_request_answ
     (stats,) = report.batches.values()
     assert stats["predict"] == "image-batch" and stats["rows"] == 10 and stats["objects_run_alone"] == 1
     assert report.succeeded == 10 and report.failed == 1 and "cut.jpg" in report.errors[0]["object"]
+    # The decode's threads follow the instance's share of the cores: all of them here; each
+    # of two processes gets half (on 16 cores, 4 processes had each started 16).
+    assert stats["decode_workers"] == usable_cores()
+    two = run_transform(model=str(model.parent), input=str(inp), output=str(tmp_path / "two"),
+                        content_type="application/x-image", max_batch_size=4, processes=2)
+    assert two.processes == 2 and two.succeeded == 10 and len(two.batches) == 2, two.summary()
+    assert {s["decode_workers"] for s in two.batches.values()} == {max(1, usable_cores() // 2)}
+    for i in range(10):
+        assert (tmp_path / "two" / f"{i}.jpg.out").read_bytes() == (tmp_path / "out" / f"{i}.jpg.out").read_bytes()
     # The one-request path (the endpoint's) on each image alone.
     server = ModelServer({"model": {1: model}})
     try:

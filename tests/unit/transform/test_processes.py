@@ -8,7 +8,8 @@ import functools
 
 import pytest
 
-from tfbatch.engines.local import CORES_PER_PROCESS, MAX_AUTO_PROCESSES, MIN_OBJECTS_PER_PROCESS, processes_per_instance
+from tfbatch.engines.local import (CORES_PER_PROCESS, MAX_AUTO_PROCESSES, MIN_BYTES_PER_PROCESS, MIN_OBJECTS_PER_PROCESS,
+                                  processes_per_instance)
 from tfbatch.runtime.placement import usable_cores
 from tfbatch.storage import ObjectRef
 from tfbatch.transform.instance import InstanceRunner
@@ -63,6 +64,26 @@ def test_each_extra_process_needs_its_share_of_objects():
     assert [wide(objects=n) for n in (3999, 12000, 10**7)] == [1, 3, MAX_AUTO_PROCESSES]
     # The flag is the user's choice whatever the job's size.
     assert processes_per_instance(_spec(processes=4), 2, [[]], objects=10) == 4
+
+
+def test_a_few_large_objects_count_by_their_bytes():
+    # Ten 120 MB TFRecord shards on 16 cores: 4 processes, as 50,000 JPEGs would get.
+    mb = 1024 * 1024
+    assert MIN_BYTES_PER_PROCESS == 64 * mb
+    sixteen = functools.partial(processes_per_instance, _spec(), 16, [[]])
+    assert sixteen(objects=10, size=10 * 120 * mb) == 4
+    assert sixteen(objects=10, size=10 * 12 * mb) == 1  # 120 MB in all: one process's worth
+    assert sixteen(objects=3, size=3 * 500 * mb) == 3  # no process without an object
+    assert sixteen(objects=1, size=4000 * mb) == 1
+    assert sixteen(objects=8000, size=0) == 2  # sizes unknown: the count decides, as before
+    # Below 8 cores the rule by cores gives one whatever the bytes.
+    assert processes_per_instance(_spec(), 4, [[]], objects=10, size=10**12) == 1
+
+
+def test_a_peek_sums_the_bytes_still_to_run():
+    refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1000 * i) for i in range(5)] + [ObjectRef("/in/z", "z", None)]
+    todo = JobInputs(iter(refs), 1, {"k4"}).peek(100, 10.0)
+    assert todo == (5, 1000 + 2000 + 3000) and (todo.objects, todo.bytes) == (5, 6000)
 
 
 @pytest.mark.parametrize("script, expected", [
@@ -181,7 +202,7 @@ def test_a_peek_counts_a_short_listing_and_hands_every_object_out_once():
     refs = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(250)]
     totals = []
     inputs = JobInputs(iter(refs), 1, {"k0", "k7"}, on_total=totals.append, page_size=100)
-    assert inputs.peek(1000, 10.0) == 248  # done objects do not count
+    assert inputs.peek(1000, 10.0) == (248, 248)  # done objects do not count (nor their bytes)
     two = inputs.replanned(2)  # still not under way: the looked-at objects wait to be handed out
     pairs = list(two)
     assert sorted(r.key for _i, r in pairs) == sorted(r.key for r in refs[1:7] + refs[8:])
