@@ -282,3 +282,22 @@ def test_the_summary_says_how_many_processes_ran_the_instances():
     assert "worker processes" not in JobReport(objects=1, succeeded=1).summary()
     line = JobReport(objects=1, succeeded=1, instances=1, processes=4).summary().splitlines()[0]
     assert line.endswith("; 4 worker processes for 1 instance(s)")
+
+
+def test_the_engine_plans_processes_from_the_listed_bytes():
+    """``processes_for_job`` as both engines call it: the peek at the listing sums the sizes,
+    so ten 120 MB shards on 16 cores get 4 processes and ten 1 MB files one, and every object
+    is still handed out once, to the partition of the planned count."""
+    from tfbatch.engines.local import processes_for_job
+
+    mb = 1024 * 1024
+
+    def plan(size: int) -> tuple[int, list]:
+        refs = [ObjectRef(f"/in/part-{k:05d}", f"part-{k:05d}", size) for k in range(10)]
+        listed = JobInputs(iter(refs), 1)
+        per, inputs = processes_for_job(_spec(), 16, [[]], None, lambda: listed)
+        return per, sorted(r.key for _i, r in inputs.replanned(per))
+
+    big, small = plan(120 * mb), plan(1 * mb)
+    assert big[0] == 4 and small[0] == 1
+    assert big[1] == small[1] == [f"part-{k:05d}" for k in range(10)]
