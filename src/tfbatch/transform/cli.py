@@ -50,8 +50,7 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invocations-max-retries", type=int, help="InvocationsMaxRetries per request")
     p.add_argument("--max-batch-size", type=int,
                    help="model batch size formed across requests and files (default: chosen by a short "
-                        "probe of the job's own batches, at most 10%% of its rows; 16 where the hooks run "
-                        "in-process per request, --handler-workers 0)")
+                        "probe of the job's own batches, at most 10%% of its rows)")
     p.add_argument("--lane-workers", type=int,
                    help="image jobs with no script: batches read, decoded and run at once "
                         "(default: one per core of the instance's share, at least 3)")
@@ -95,7 +94,7 @@ def add_transform_arguments(p: argparse.ArgumentParser) -> None:
                         "below 3 cores per instance (2 for a MultiRecord job with a SplitType, or a script "
                         "that holds an image library such as PIL): its hooks run in process, a hop at a time, until they "
                         "take 40%% of its CPU on 2+ cores; N: N at once; 0: in the instance's own process, "
-                        "a request at a time)")
+                        "a hop at a time, never moved (hooks that need the job's GPU))")
     p.add_argument("--progress", choices=["auto", "bar", "log", "off"], default="auto",
                    help="progress display on stderr (auto: a bar on a terminal, log lines otherwise)")
 

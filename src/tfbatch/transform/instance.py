@@ -201,7 +201,7 @@ class InstanceRunner:
                 artifact.cleanup()
             raise
         service = self.stack.service
-        if self.pool is None and service.handlers is None and self.handler_workers() > 0:
+        if self.pool is None and service.handlers is None:
             self._start_default_pool(service)
         if self.pool is not None:
             # The script's hooks run in worker processes: this one only reads and feeds the model.
@@ -234,7 +234,7 @@ class InstanceRunner:
         from tfbatch.handlers.defaults import is_image
 
         artifact = open_artifact(self.artifact_dir or self.spec.model)
-        if artifact.inference_script is None and not is_image(self.spec.content_type) and self.handler_workers() > 0:
+        if artifact.inference_script is None and not is_image(self.spec.content_type):
             from tfbatch.handlers.pooled import script_init
 
             self.pool = self._handler_pool(script_init(None, self.spec.max_image_pixels))
@@ -265,9 +265,7 @@ class InstanceRunner:
 
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
-        if self.handler_workers() <= 0:
-            return
-        if self.spec.handler_workers is None:
+        if self.spec.handler_workers is None and self.handler_workers() > 0:
             from tfbatch.handlers.inline_pool import InlinePool, in_process_reason
             from tfbatch.handlers.user_code import load_module
 
@@ -310,9 +308,21 @@ class InstanceRunner:
 
     def _handler_pool(self, init: dict):
         """Handler worker processes, started: --handler-workers N of them, else the first
-        START_WORKERS of this instance's share of the cores, more as they turn out busy."""
+        START_WORKERS of this instance's share of the cores, more as they turn out busy.
+
+        --handler-workers 0: none; the hooks (or, with no script, the default decode and
+        encode) run in this process, a hop at a time, on the same dataflow (``InlinePool``):
+        what hooks that need the job's GPU ask for. It used to send each request alone through
+        the in-process service and its dynamic batcher (batches of 16 at most, as many in
+        flight as --concurrency): 100,000 SingleRecord CSV lines through a script took 30 s
+        against 7 s for the default (benchmarks/transform/profile/handler-workers-0.md).
+        """
         from tfbatch.handlers.pool import START_WORKERS, HandlerPool
 
+        if self.handler_workers() <= 0:
+            from tfbatch.handlers.inline_pool import InlinePool
+
+            return InlinePool(init, "--handler-workers 0")
         start = None if self.spec.handler_workers is not None else START_WORKERS
         return HandlerPool(init, self.handler_workers(), start=start).start()
 
@@ -376,12 +386,12 @@ class InstanceRunner:
         A handler pool (a script's hooks, or with no script the default decode and encode, in
         worker processes): ``PooledService.invoke_many``. No script, an image content type and
         a signature taking image bytes or an image tensor: ``ImageBatchPredict`` (decode in the
-        graph or by TensorFlow ops here, batch size tuned on the job). --handler-workers 0:
-        the in-process service.
+        graph or by TensorFlow ops here, batch size tuned on the job). --handler-workers 0: the
+        same pool interface with the hooks in this process (``InlinePool``).
         """
         from tfbatch.transform.autotune import BatchSizeProbe
         from tfbatch.transform.dataflow import Dataflow
-        from tfbatch.transform.predict import ImageBatchPredict, InProcessPredict, RequestBytes, image_batch_blocker
+        from tfbatch.transform.predict import ImageBatchPredict, RequestBytes, image_batch_blocker
 
         assert self.stack is not None and self.invoker is not None, "call open() first"
         if self.pool is not None:
@@ -418,12 +428,8 @@ class InstanceRunner:
             return Dataflow(self.spec, service, self.pipeline, batch_size=self.spec.max_batch_size,
                             threads=threads, max_in_flight=self.spec.max_concurrent_transforms,
                             stats=stats, chosen_by=chosen_by)
-        reason = image_batch_blocker(self.spec, self.stack.service)
-        if reason is not None:
-            log.debug("dataflow, in-process predict: %s", reason)
-            predict = self._predict = InProcessPredict(self.stack.service, self.spec.concurrency)
-            return Dataflow(self.spec, predict, self.pipeline, batch_size=self.spec.max_batch_size,
-                            threads=2, max_in_flight=self.spec.max_concurrent_transforms, stats=lambda: predict.stats)
+        # With no pool, open() found the job fit for the image batches (_start_default_pool).
+        assert image_batch_blocker(self.spec, self.stack.service) is None
         tuner, sent = None, RequestBytes()
         if self.spec.autotune:
             from tfbatch.transform.autotune import MIN_WINDOW_S

@@ -1,11 +1,13 @@
-"""The dataflow's predict stage: one of three, chosen once per job by ``InstanceRunner``.
+"""The dataflow's predict stage: one of two, chosen once per job by ``InstanceRunner``.
 
 Each has ``invoke_many(requests, timeout_s) -> responses`` (one per request, in order, never
 raising) and answers for every request exactly what ``InferenceService.invoke`` answers for it
 alone, so the stages after it cannot tell which one ran:
 
-- ``PooledService`` (handlers/pooled.py): a model with ``code/inference.py``; the hooks and
-  the request decode run in the handler worker processes, one joint model call per hop.
+- ``PooledService`` (handlers/pooled.py): a model with ``code/inference.py``, or no script and
+  a job the image batches cannot take; the hooks (or the default handling) and the request
+  decode run in the handler worker processes (or in this process, ``InlinePool``), one joint
+  model call per hop.
   ``PoolPredict`` puts it behind the batch-size probe when the job did not set a batch size.
 - ``ImageBatchPredict``: no script, an image content type and a one-input signature with a
   free batch dimension (or a batch of one) taking encoded bytes (decoded in the graph) or an
@@ -13,8 +15,6 @@ alone, so the stages after it cannot tell which one ran:
   or each image at its own size): the hop's images go to the model as one batch (one per
   image size; one call per image for a batch of one), and each row is encoded through the
   same codec as a one-image request.
-- ``InProcessPredict``: any other job with no script; the hop's requests are in flight
-  together so the model server's dynamic batcher joins their rows.
 """
 
 from __future__ import annotations
@@ -23,14 +23,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from concurrent.futures import wait as wait_all
 from typing import Any
 
 import numpy as np
 
-from tfbatch.errors import RequestTimeout
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
 
 log = logging.getLogger(__name__)
@@ -215,36 +211,6 @@ class PoolPredict:
 
     def close(self) -> None:
         return None
-
-
-class InProcessPredict:
-    """The hop's requests on threads against the in-process service; a stuck call answers a
-    timeout (the pipeline's Invoker then retries it as any 504)."""
-
-    name = "in-process"
-
-    def __init__(self, service: Any, threads: int):
-        self.service = service
-        self.pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="predict")
-
-    def invoke_many(self, reqs: list[InvocationRequest], timeout_s: float | None = None) -> list[InvocationResponse]:
-        futures = [self.pool.submit(self.service.invoke, req) for req in reqs]
-        wait_all(futures, timeout=timeout_s)
-        out = []
-        for future in futures:
-            try:
-                out.append(future.result(timeout=0))
-            except FutureTimeout:
-                err = RequestTimeout(f"invocation did not answer within InvocationsTimeoutInSeconds={timeout_s:g}")
-                out.append(InvocationResponse.from_error(err))
-        return out
-
-    @property
-    def stats(self) -> dict[str, Any]:
-        return {"batcher": self.service.model_server.batcher_stats()}
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 # Pixels decoded at once per hop when the input keeps each image's own size: a hop is decoded

@@ -73,12 +73,12 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
     scripted = package([savedmodel], tmp_path / "pair.tar.gz", code_dir=_code(tmp_path, PAIR))
     common = dict(input=str(images), content_type="application/x-image", max_batch_size=4)
     lane = run_transform(model=str(savedmodel.parent), output=str(tmp_path / "lane"), **common)
-    # handler_workers=0: the script's hooks in this process, one request per object (the
-    # handler pool's own lane is compared with this path in test_handler_pool.py).
+    # handler_workers=0: the script's hooks in this process, on the pool's hops (worker
+    # processes are compared with this in test_handler_pool.py).
     per_request = run_transform(model=str(scripted), output=str(tmp_path / "pair"), handler_workers=0, **common)
     assert lane.ok and per_request.ok
     stats = _lane_stats(lane)
-    assert stats["predict"] == "image-batch" and _lane_stats(per_request)["predict"] == "in-process"
+    assert stats["predict"] == "image-batch" and _lane_stats(per_request)["hooks"] == "in-process (--handler-workers 0)"
     # 11 objects in batches of the explicit size 4: no probing, 4 + 4 + 3.
     assert stats["batch_sizes"] == {"3": 1, "4": 2} or stats["batch_sizes"] == {3: 1, 4: 2}
     assert stats["autotune"] is None and stats["precision"] == "fp32"

@@ -57,7 +57,9 @@ def test_split_records_from_many_objects_share_hops_and_match_the_in_process_pat
     assert stats["lane"] == "dataflow" and stats["predict"] == "handler-pool" and stats["rows"] == 6
     assert stats["batches"] < 6 and stats["objects"] == 6 and stats["objects_streamed"] == 0
     (in_process,) = alone.batches.values()
-    assert in_process["predict"] == "in-process"
+    # --handler-workers 0: the same hops, the default handling on a thread of this process.
+    assert in_process["predict"] == "handler-pool" and in_process["hooks"] == "in-process (--handler-workers 0)"
+    assert in_process["handler_workers"] == 0 and in_process["batches"] < 6
     a, b = _outs(tmp_path / "pooled"), _outs(tmp_path / "alone")
     assert set(a) == set(b) and len(a) == 6
     for key in a:

@@ -1,7 +1,7 @@
 """Scripted jobs with the hooks in handler worker processes (handlers/pool.py, transform/dataflow.py).
 
 Each job runs twice, with ``handler_workers=0`` (the hooks in the instance's own process,
-the path every earlier release took) and with the pool, and the two must agree byte for
+on a thread: ``InlinePool``) and with worker processes, and the two must agree byte for
 byte: outputs, error text, report counts. Real TensorFlow, real spawned processes; a worker
 is killed by the script itself when a trigger file exists, never by timing.
 """
