@@ -226,11 +226,24 @@ class Worker:
     def _numeric(self, text: Any, ctx) -> tuple | None:
         """The tensors of a body of numbers alone for the default signature, read from its text
         (``codec.decode_numeric``: no Python object per number), or None: the general way."""
-        from tfbatch.tfs.codec import decode_numeric
+        from tfbatch.runtime.jsonenc import written_numbers
+        from tfbatch.tfs.codec import decode_numeric, decode_written
 
         known = self.models.get(ctx.model_name)
         if ctx.method != "predict" or ctx.model_version is not None or known is None:
             return None
+        version, signatures, default = known
+        sig = signatures.get(default)
+        if sig is None:
+            return None
+        # The script's json.dumps (jsonenc's look-alike) noted the numbers as it wrote them.
+        written = written_numbers(text)
+        if written is not None:
+            found = decode_written(*written, sig)
+            if found is None:
+                return None
+            tensors, fmt = found
+            return ("tensors", tensors, fmt, version, sig.name)
         if isinstance(text, str):
             try:
                 text = text.encode("utf-8")
@@ -240,9 +253,7 @@ class Worker:
             text = bytes(text)
         elif not isinstance(text, bytes):
             return None
-        version, signatures, default = known
-        sig = signatures.get(default)
-        found = decode_numeric(text, sig) if sig is not None else None
+        found = decode_numeric(text, sig)
         if found is None:
             return None
         tensors, fmt = found

@@ -10,6 +10,8 @@ Response builders may therefore leave numeric outputs as numpy arrays (``native=
 from __future__ import annotations
 
 import json
+import threading
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -287,11 +289,88 @@ def dumps_like_stdlib(obj: Any, **kwargs: Any) -> str:
             and b"\\" not in out else None
         if out is not None and _spelled_alike(out, parts):
             if layout == "compact":
-                return out.decode("ascii")
+                return _noted(out.decode("ascii"), obj, out)
             if parts is not None:
                 parts[::2] = [part.replace(b",", b", ").replace(b":", b": ") for part in parts[::2]]
-                return b'"'.join(parts).decode("ascii")
+                return _noted(b'"'.join(parts).decode("ascii"), obj, out)
     return json.dumps(obj, **kwargs)
+
+
+# What the last ``dumps_like_stdlib`` of each thread wrote, when it was a TF Serving request of
+# numbers alone: (the text returned, "instances" or "inputs", the numbers as an array). The
+# text is held, so the identity test in ``written_numbers`` cannot match another string.
+_written = threading.local()
+# Nesting deeper than this is not noted (``tfs.codec`` reads no deeper either).
+MAX_NUMBER_DEPTH = 32
+
+
+def _noted(text: str, obj: Any, out: bytes) -> str:
+    """``text``, after noting its numbers when ``obj`` is ``{"instances"|"inputs": nested lists of
+    numbers}`` (what a script's ``input_handler`` sends to TF Serving), so that the reader of the
+    same text on this thread (``written_numbers``) need not parse it back."""
+    _written.last = None
+    if type(obj) is not dict or len(obj) != 1:
+        return text
+    ((key, value),) = obj.items()
+    if key not in ("instances", "inputs") or type(value) not in (list, tuple):
+        return text
+    # orjson's compact text is '{"<key>":<value>}': the value's text starts after the key.
+    start = len(key) + 4
+    # Numbers alone: no string, object or literal (true, false, null) in the value's text, which
+    # orjson wrote from this very value; whole numbers alone, or a fraction or an exponent.
+    for byte in (b'"', b"{", b"t", b"l"):
+        if out.find(byte, start) != -1:
+            return text
+    whole = out.find(b".", start) == -1 and out.find(b"e", start) == -1 and out.find(b"E", start) == -1
+    array = numbers_array(value, np.int64 if whole else np.float64)
+    if array is not None:
+        _written.last = (text, key, array)
+    return text
+
+
+def written_numbers(text: Any) -> tuple[str, np.ndarray] | None:
+    """``(key, array)`` when ``text`` is the string this thread's last ``dumps_like_stdlib`` returned
+    for a request of numbers alone (``_noted``), else None. Taken once: the note is dropped.
+
+    The array is what reading the text back gives: its shape the lists' (rectangular), int64
+    when every number is whole, else float64, each number as the text's digits read it (orjson
+    writes each float's shortest round-trip digits, so its double; an int as a double is the
+    one correctly rounded conversion either way). It is made when the text is written, so a
+    list changed after ``json.dumps`` returned cannot change it."""
+    last = getattr(_written, "last", None)
+    if last is None or last[0] is not text:
+        return None
+    _written.last = None
+    return last[1], last[2]
+
+
+def numbers_array(value: list | tuple, dtype: type) -> np.ndarray | None:
+    """Nested lists (or tuples) of numbers as an array of ``dtype``, or None unless they are
+    rectangular, non-empty, at most ``MAX_NUMBER_DEPTH`` deep, and every number fits ``dtype``.
+
+    The caller knows every leaf is an int or a float (not a bool: JSON text with no literal).
+    Each level's lengths are checked before the numbers are read in one flat pass."""
+    shape: list[int] = []
+    rows: Any = [value]  # the lists of one level, each of shape[-1] items once checked
+    while True:
+        n = len(rows[0])
+        if n == 0 or len(shape) == MAX_NUMBER_DEPTH:
+            return None
+        try:
+            if len(rows) > 1 and set(map(len, rows)) != {n}:
+                return None
+        except TypeError:  # a number beside lists at one level
+            return None
+        shape.append(n)
+        if type(rows[0][0]) not in (list, tuple):
+            break
+        rows = list(chain.from_iterable(rows))
+    count = len(rows) * n
+    try:
+        array = np.fromiter(chain.from_iterable(rows), dtype, count)
+    except (TypeError, ValueError, OverflowError):  # a list below a number; past int64
+        return None
+    return array.reshape(shape)
 
 
 def loads_like_stdlib(s: Any, **kwargs: Any) -> Any:

@@ -121,6 +121,25 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
 
 
+def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: int | None = None):
+    """``decode_numeric`` of a body ``{key: ...}`` of numbers alone whose array is known already
+    (``jsonenc.written_numbers``: a script's ``json.dumps`` of it, on this thread): the same
+    tensors and layout, or None where ``decode_numeric`` gives None."""
+    if len(sig.inputs) != 1:
+        return None
+    ((name, info),) = sig.inputs.items()
+    if info.is_string:
+        return None
+    if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
+        return None
+    if array.dtype.kind == "f":
+        # As ``decode_numeric`` reads floats: each double straight into a float input's dtype.
+        dtype = _FLOAT_DTYPES.get(info.dtype)
+        if dtype is not None and array.dtype != dtype:
+            array = array.astype(dtype)
+    return {name: coerce(array, info, sig.name)}, (ROW if key == "instances" else COLUMNAR)
+
+
 def _whole(values: bytes) -> bool:
     """Whether a numbers-only text holds whole numbers alone (no fraction, no exponent)."""
     return b"." not in values and b"e" not in values and b"E" not in values

@@ -5,6 +5,7 @@ error for a value the signature refuses, and None, not a guess, for anything els
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -12,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfbatch import errors
+from tfbatch.runtime.jsonenc import dumps_like_stdlib, written_numbers
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
-from tfbatch.tfs.codec import decode_numeric, decode_predict
+from tfbatch.tfs.codec import decode_numeric, decode_predict, decode_written
 
 
 def _sig(dtype: str = "float32", shape=(None, None, None)) -> SignatureInfo:
@@ -126,3 +128,72 @@ def test_deep_nesting_goes_the_general_way_at_once():
         assert decode_numeric(spaced, _sig("float32", None)) is None
         spaced = b'{"instances": ' + (b"[" + pad) * dims + b"1" + (pad + b"]") * dims + b"}"
         assert decode_numeric(spaced, _sig("float32", None))[0]["x"].shape == (1,) * dims
+
+
+# A script's ``json.dumps`` (jsonenc's look-alike) notes the numbers of a request it writes, and
+# the reader of that very text on the same thread takes them instead of parsing the text back
+# (``written_numbers`` -> ``decode_written``): it must give what ``decode_numeric`` reads from
+# the text, array for array, the same error, and nothing where that reads nothing.
+
+_leaves = st.one_of(_ints, _floats, st.booleans(), st.none(), st.text(max_size=2),
+                    st.integers(min_value=2**63 - 2, max_value=2**64 - 1))
+_nested = st.recursive(_leaves, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner), max_leaves=24)
+
+
+def _same_as_text(value, key: str, sig: SignatureInfo, separators) -> bool:
+    """Whether the text was noted; if so, the note read as the text reads."""
+    text = dumps_like_stdlib({key: value}, separators=separators)
+    written = written_numbers(text)
+    if written is None:  # not noted (a text the standard library wrote, a tiny number, say): read from its text
+        return False
+    try:
+        want = decode_numeric(text.encode(), sig)
+    except errors.InvalidInput as err:
+        with pytest.raises(errors.InvalidInput) as got:
+            decode_written(*written, sig)
+        assert str(got.value) == str(err)
+        return True
+    got = decode_written(*written, sig)
+    if want is None:
+        assert got is None
+        return True
+    assert got is not None and got[1] == want[1]
+    (a,), (b,) = got[0].values(), want[0].values()
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(_arrays(), st.sampled_from(["instances", "inputs"]), st.sampled_from(["float32", "float64", "float16", "int64"]),
+       st.sampled_from([None, (",", ":")]))
+def test_numbers_noted_by_the_scripts_dumps_read_as_its_text_does(value, key, dtype, separators):
+    _same_as_text(value, key, _sig(dtype, (None,) * len(np.shape(value))), separators)
+    _same_as_text(value, key, _sig(dtype, None), separators)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_nested, st.sampled_from(["instances", "inputs", "x"]), st.sampled_from([None, (",", ":")]))
+def test_anything_but_numbers_alone_is_not_noted_or_reads_as_its_text_does(value, key, separators):
+    _same_as_text(value, key, _sig("float32", None), separators)
+
+
+def test_a_note_is_the_lists_as_they_were_written_and_only_for_that_text_on_that_thread():
+    rows = [[0.5, 1.5], [2.5, 3.5]]
+    text = dumps_like_stdlib({"instances": rows})
+    rows[0][0] = 99.0  # changed after json.dumps returned: the text, and the note, hold 0.5
+    other = dumps_like_stdlib({"instances": [[7.5]]})
+    assert written_numbers(text) is None  # only the last text of the thread is noted
+    assert written_numbers("".join(other)) is None  # an equal string is not the one written
+    again = dumps_like_stdlib({"instances": rows})
+    rows[0][0] = 0.5
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(written_numbers(again)))
+    thread.start()
+    thread.join()
+    assert seen == [None]  # another thread's text
+    key, array = written_numbers(again)
+    assert key == "instances" and array.tolist() == [[99.0, 1.5], [2.5, 3.5]]
+    assert written_numbers(again) is None  # taken once
+    for value in ({"instances": [[1, 2]], "x": 1}, {"instances": [["a"]]}, {"instances": [[True]]},
+                  {"instances": [[None]]}, {"inputs": {"x": [1.5]}}, [[1.5]], {"instances": []}):
+        assert written_numbers(dumps_like_stdlib(value)) is None, value
