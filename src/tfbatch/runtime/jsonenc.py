@@ -278,15 +278,15 @@ def dumps_like_stdlib(obj: Any, **kwargs: Any) -> str:
     library (TypeError) and written by orjson (the member's value; the UUID's text).
     """
     layout = _separators(kwargs) if kwargs else "spaced"
-    if layout is not None and type(obj) is dict and len(obj) == 1:
-        text = _request_dumps(obj, layout)
-        if text is not None:
-            return text
     if layout is not None:
         try:
             out = orjson.dumps(obj, option=_PASS)
         except TypeError:  # orjson.JSONEncodeError included: a value the standard library may write
             out = None
+        if out is not None and len(out) > NOTE_AT and type(obj) is dict and len(obj) == 1:
+            text = _request_dumps(obj, out, layout)
+            if text is not None:
+                return text
         # Split at quotes once, for the check and the spaces, where no backslash (an escape)
         # makes a quote part of a string.
         parts = out.split(b'"') if out is not None and (layout != "compact" or len(out) > _SPLIT_AT) \
@@ -306,11 +306,15 @@ def dumps_like_stdlib(obj: Any, **kwargs: Any) -> str:
 _written = threading.local()
 # Nesting deeper than this is not noted (``tfs.codec`` reads no deeper either).
 MAX_NUMBER_DEPTH = 32
+# A request's text this long or shorter is not noted: reading it back (one CSV line's instance,
+# ``tfs.codec``'s small body) costs less than the note's NumPy calls.
+NOTE_AT = 4096
 
 
-def _request_dumps(obj: dict, layout: str) -> str | None:
+def _request_dumps(obj: dict, out: bytes, layout: str) -> str | None:
     """``dumps_like_stdlib`` of ``{"instances"|"inputs": nested lists of numbers}`` (what a script's
-    ``input_handler`` sends to TF Serving), with its numbers noted for the reader of the same
+    ``input_handler`` sends to TF Serving) from orjson's text ``out``, longer than ``NOTE_AT``,
+    with its numbers noted for the reader of the same
     text on this thread (``written_numbers``), which then need not parse them back; None for
     anything else (the general way writes it, unnoted).
 
@@ -322,10 +326,6 @@ def _request_dumps(obj: dict, layout: str) -> str | None:
     ``1e-06``), which go the general way."""
     ((key, value),) = obj.items()
     if key not in ("instances", "inputs") or type(value) not in (list, tuple):
-        return None
-    try:
-        out = orjson.dumps(obj, option=_PASS)
-    except TypeError:
         return None
     # orjson's compact text is '{"<key>":<value>}': the value's text starts after the key.
     start = len(key) + 4

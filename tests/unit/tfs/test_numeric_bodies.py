@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfbatch import errors
+from tfbatch.runtime import jsonenc
 from tfbatch.runtime.jsonenc import dumps_like_stdlib, written_numbers
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
 from tfbatch.tfs.codec import decode_numeric, decode_predict, decode_written
@@ -140,9 +142,22 @@ _leaves = st.one_of(_ints, _floats, st.booleans(), st.none(), st.text(max_size=2
 _nested = st.recursive(_leaves, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner), max_leaves=24)
 
 
+@contextmanager
+def _noting_every_size():
+    """Notes for texts of any length (``NOTE_AT`` leaves short ones to be read back): the same
+    reading must come out whatever the size."""
+    at = jsonenc.NOTE_AT
+    jsonenc.NOTE_AT = 0
+    try:
+        yield
+    finally:
+        jsonenc.NOTE_AT = at
+
+
 def _same_as_text(value, key: str, sig: SignatureInfo, separators) -> bool:
     """Whether the text was noted; if so, the note read as the text reads."""
     text = dumps_like_stdlib({key: value}, separators=separators)
+    assert text == json.dumps({key: value}, separators=separators)  # the look-alike's text, noted or not
     written = written_numbers(text)
     if written is None:  # not noted (a text the standard library wrote, a tiny number, say): read from its text
         return False
@@ -167,17 +182,37 @@ def _same_as_text(value, key: str, sig: SignatureInfo, separators) -> bool:
 @given(_arrays(), st.sampled_from(["instances", "inputs"]), st.sampled_from(["float32", "float64", "float16", "int64"]),
        st.sampled_from([None, (",", ":")]))
 def test_numbers_noted_by_the_scripts_dumps_read_as_its_text_does(value, key, dtype, separators):
-    _same_as_text(value, key, _sig(dtype, (None,) * len(np.shape(value))), separators)
-    _same_as_text(value, key, _sig(dtype, None), separators)
+    with _noting_every_size():
+        _same_as_text(value, key, _sig(dtype, (None,) * len(np.shape(value))), separators)
+        _same_as_text(value, key, _sig(dtype, None), separators)
 
 
 @settings(max_examples=400, deadline=None)
 @given(_nested, st.sampled_from(["instances", "inputs", "x"]), st.sampled_from([None, (",", ":")]))
 def test_anything_but_numbers_alone_is_not_noted_or_reads_as_its_text_does(value, key, separators):
-    _same_as_text(value, key, _sig("float32", None), separators)
+    with _noting_every_size():
+        _same_as_text(value, key, _sig("float32", None), separators)
+
+
+def test_an_image_sized_request_is_noted_and_one_csv_lines_is_read_back():
+    pixels = (np.arange(32 * 32 * 3).reshape(1, 32, 32, 3) % 256) / 255.0
+    sig = _sig("float32", (None, 32, 32, 3))
+    assert _same_as_text(pixels.tolist(), "instances", sig, None)
+    assert _same_as_text(pixels.tolist(), "inputs", sig, (",", ":"))
+    assert _same_as_text((pixels * 255).astype(int).tolist(), "instances", sig, None)  # whole numbers
+    assert not _same_as_text([[0.25] * 32], "instances", _sig("float32", (None, 32)), None)
+    # A number below 1e-4 is spelled otherwise by orjson: the standard library writes the text.
+    tiny = pixels.copy()
+    tiny[0, 0, 0, 0] = 5e-5
+    assert not _same_as_text(tiny.tolist(), "instances", sig, None)
 
 
 def test_a_note_is_the_lists_as_they_were_written_and_only_for_that_text_on_that_thread():
+    with _noting_every_size():
+        _note_is_the_lists_as_they_were_written()
+
+
+def _note_is_the_lists_as_they_were_written():
     rows = [[0.5, 1.5], [2.5, 3.5]]
     text = dumps_like_stdlib({"instances": rows})
     rows[0][0] = 99.0  # changed after json.dumps returned: the text, and the note, hold 0.5
