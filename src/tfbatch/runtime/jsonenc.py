@@ -49,42 +49,99 @@ def compact_dumps(value: Any) -> bytes:
 
     orjson writes the same bytes except in these cases, which send ``value`` to the standard
     library: a non-ASCII character or DEL (written raw, where the standard library escapes
-    them), NaN/Infinity (written ``null``), a negative exponent (``1e-6`` against ``1e-06``), a
-    number below 1e-4 (``0.00001`` against ``1e-05``), an integer outside 64 bits or a key that
-    is not a string (orjson refuses them). The test is on the bytes, so a string that only
-    looks like one of these (holding ``null``, ``e-`` or ``0.0000``) takes the slower way too.
+    them), NaN/Infinity (written ``null``), an integer outside 64 bits or a key that is not a
+    string (orjson refuses them). A number below 1e-4 (``0.00001`` against ``1e-05``, ``1e-6``
+    against ``1e-06``) is spelled again as the standard library spells it (``_respelled``). The
+    test is on the bytes, so a string that only looks like one of these (holding ``null``,
+    ``e-`` or ``0.0000``) in a short text takes the slower way too.
     """
     try:
         out = orjson.dumps(value, option=_PASS)
     except TypeError:  # orjson.JSONEncodeError included
         out = None
-    if out is not None and _spelled_alike(out):
-        return out
-    return _COMPACT.encode(value).encode()
+    text = _as_stdlib(out) if out is not None else None
+    return text if text is not None else _COMPACT.encode(value).encode()
 
 
-def _spelled_alike(out: bytes, parts: list[bytes] | None = None) -> bool:
-    """Whether orjson's text ``out`` is what the standard library writes (``compact_dumps``).
+def _as_stdlib(out: bytes, parts: list[bytes] | None = None) -> bytes | None:
+    """orjson's text ``out`` as the standard library writes it (``compact_dumps``): ``out`` itself,
+    or with its numbers below 1e-4 spelled again, or None where the two differ otherwise.
 
     ``parts``: ``out.split(b'"')`` of a text holding no backslash (so every other part is
-    outside a string), or None. Every spelling the two write differently but a raw non-ASCII
-    character or DEL is a token outside strings (``null`` for NaN, a negative exponent, a tiny
-    number), so only the text outside strings is searched for those: a base64 image's 30 KB
-    string had cost ~30 us of two-byte searches a ``json.dumps``, the orjson call itself ~1.
+    outside a string), or None; its parts outside strings are spelled again in place. Every
+    spelling the two write differently but a raw non-ASCII character or DEL is a token outside
+    strings (``null`` for NaN, a negative exponent, a tiny number), so only the text outside
+    strings is searched for those: a base64 image's 30 KB string had cost ~30 us of two-byte
+    searches a ``json.dumps``, the orjson call itself ~1.
     """
-    # One-byte searches first (memchr, ~0.05 ns a byte): a text of numbers holds no "l" and,
-    # if no negative number, no "-"; the two-byte searches take ~0.6 ns a byte.
     if not out.isascii() or b"\x7f" in out:
-        return False
+        return None
     if parts is None and len(out) > _SPLIT_AT and b"\\" not in out:
         parts = out.split(b'"')
-    tokens = out if parts is None else b'"'.join(parts[::2])
-    return ((b"l" not in tokens or b"null" not in tokens) and (b"-" not in tokens or b"e-" not in tokens)
-            and b"0.0000" not in tokens)
+    if parts is None:
+        if b'"' in out:  # short, or with an escape: a look-alike in a string is not told apart
+            alike = ((b"l" not in out or b"null" not in out) and (b"-" not in out or b"e-" not in out)
+                     and b"0.0000" not in out)
+            return out if alike else None
+        return _respelled(out)
+    changed = False
+    for n in range(0, len(parts), 2):
+        part = _respelled(parts[n])
+        if part is None:
+            return None
+        if part is not parts[n]:
+            parts[n], changed = part, True
+    return b'"'.join(parts) if changed else out
 
 
-# Texts longer than this are searched outside their strings only (``_spelled_alike``).
+# Texts longer than this are searched outside their strings only (``_as_stdlib``).
 _SPLIT_AT = 512
+# Bytes of text per number spelled again, at least: with more such numbers (the probabilities
+# of a thousand classes, most below 1e-4) the standard library writes the whole text sooner.
+_RESPELL_BYTES = 128
+# ... in a text that holds more than this many of them.
+_RESPELL_ANY = 4
+_NUMBER_BYTES = frozenset(b"0123456789.eE+-")
+
+
+def _respelled(tokens: bytes) -> bytes | None:
+    """``tokens`` (orjson's text outside strings) with each number that orjson spells unlike the
+    standard library spelled as ``repr(float)`` does, which is what ``json.dumps`` writes for
+    the same double (orjson's digits read back to it): the numbers below 1e-4, found by
+    ``0.0000`` and ``e-``. ``tokens`` itself where there is none; None for ``null`` (NaN or an
+    infinity) or for more such numbers than one per ``_RESPELL_BYTES`` (past ``_RESPELL_ANY``).
+
+    One-byte searches first (memchr, ~0.05 ns a byte): a text of numbers holds no "l" and, if
+    no negative number, no "-"; the longer searches take ~0.6 ns a byte."""
+    if b"l" in tokens and b"null" in tokens:
+        return None
+    hits = []
+    for needle in (b"0.0000", b"e-") if b"-" in tokens else (b"0.0000",):
+        at = tokens.find(needle)
+        while at != -1:
+            hits.append(at)
+            if len(hits) > _RESPELL_ANY and len(hits) * _RESPELL_BYTES > len(tokens):
+                return None
+            at = tokens.find(needle, at + len(needle))
+    if not hits:
+        return tokens
+    pieces, done, end = [], 0, len(tokens)
+    for at in sorted(hits):
+        if at < done:  # in a number spelled again already
+            continue
+        first = last = at
+        while first > done and tokens[first - 1] in _NUMBER_BYTES:
+            first -= 1
+        while last < end and tokens[last] in _NUMBER_BYTES:
+            last += 1
+        try:
+            number = float(tokens[first:last])
+        except ValueError:  # not a number after all: the standard library's way
+            return None
+        pieces += (tokens[done:first], repr(number).encode("ascii"))
+        done = last
+    pieces.append(tokens[done:])
+    return b"".join(pieces)
 
 
 def compact_dumps_many(values: list) -> list[bytes]:
@@ -96,9 +153,11 @@ def compact_dumps_many(values: list) -> list[bytes]:
         outs = [dumps(v, option=_PASS) for v in values]
     except TypeError:
         return [compact_dumps(v) for v in values]
-    if _spelled_alike(b"\n".join(outs)):
+    joined = b"\n".join(outs)
+    if _as_stdlib(joined) is joined:
         return outs
-    return [out if _spelled_alike(out) else _COMPACT.encode(v).encode() for out, v in zip(outs, values)]
+    texts = [_as_stdlib(out) for out in outs]
+    return [_COMPACT.encode(v).encode() if text is None else text for text, v in zip(texts, values)]
 
 
 def _with_non_finite_tokens(arr: np.ndarray, finite: np.ndarray) -> bytes:
@@ -291,10 +350,11 @@ def dumps_like_stdlib(obj: Any, **kwargs: Any) -> str:
         # makes a quote part of a string.
         parts = out.split(b'"') if out is not None and (layout != "compact" or len(out) > _SPLIT_AT) \
             and b"\\" not in out else None
-        if out is not None and _spelled_alike(out, parts):
+        text = _as_stdlib(out, parts) if out is not None else None
+        if text is not None:
             if layout == "compact":
-                return out.decode("ascii")
-            if parts is not None:
+                return text.decode("ascii")
+            if parts is not None:  # spelled again in place where _as_stdlib changed them
                 parts[::2] = [part.replace(b",", b", ").replace(b":", b": ") for part in parts[::2]]
                 return b'"'.join(parts).decode("ascii")
     return json.dumps(obj, **kwargs)
@@ -323,7 +383,7 @@ def _request_dumps(obj: dict, out: bytes, layout: str) -> str | None:
     image's 240 KB): a text of numbers alone holds no string, so nothing non-ASCII, no
     backslash, no ``null`` (NaN and infinities hold an ``l``); orjson and the standard library
     spell every other number alike but those below 1e-4 (``0.00001``/``1e-05``, ``1e-6``/
-    ``1e-06``), which go the general way."""
+    ``1e-06``), which are spelled again (``_respelled``) where the array holds any."""
     ((key, value),) = obj.items()
     if key not in ("instances", "inputs") or type(value) not in (list, tuple):
         return None
@@ -337,14 +397,17 @@ def _request_dumps(obj: dict, out: bytes, layout: str) -> str | None:
     array = numbers_array(value, np.int64 if whole else np.float64)
     if array is None:
         return None
+    numbers = out[start:-1]
     if not whole:
         magnitude = np.abs(array)
         if ((magnitude < 1e-4) & (magnitude > 0)).any():
-            return None
+            numbers = _respelled(numbers)
+            if numbers is None:
+                return None
     if layout == "compact":
-        text = out.decode("ascii")
+        text = '{"' + key + '":' + numbers.decode("ascii") + "}"
     else:
-        text = '{"' + key + '": ' + out[start:-1].replace(b",", b", ").decode("ascii") + "}"
+        text = '{"' + key + '": ' + numbers.replace(b",", b", ").decode("ascii") + "}"
     _written.last = (text, key, array)
     return text
 

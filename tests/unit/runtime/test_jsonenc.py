@@ -2,6 +2,7 @@ import json
 import sys
 
 import numpy as np
+import pytest
 
 from tests.support.typed import typed
 from tfbatch.runtime import jsonenc
@@ -242,3 +243,28 @@ def test_loads_like_stdlib_raises_what_the_standard_library_raises():
                  "[1]".encode("utf-16"), b"\xff"):
         assert _outcome(jsonenc.loads_like_stdlib, data) == _outcome(json.loads, data), data
     assert jsonenc.loads_like_stdlib("[1.5]", parse_float=Decimal) == [Decimal("1.5")]
+
+
+@pytest.mark.parametrize("value", [
+    [0.5, 1e-05, -1.5e-05, 2.5e-07, 1e-10, 5e-324, 10.00001, 1e16, -0.0],
+    {"a": "0.00001 e-5", "b": [1e-05, "x"], "c": 1.5e-06},  # the look-alikes inside strings stay
+    {"k": ["0.0000" * 200, 3e-05]},  # long enough to be split at quotes
+    [1e-07] * 100,  # more than one per _RESPELL_BYTES: the standard library's text
+])
+def test_numbers_below_1e_4_are_spelled_as_the_standard_library_spells_them(value):
+    compact_dumps, compact_dumps_many, dumps_like_stdlib = (jsonenc.compact_dumps, jsonenc.compact_dumps_many,
+                                                            jsonenc.dumps_like_stdlib)
+    assert compact_dumps(value) == json.dumps(value, separators=(",", ":")).encode()
+    assert dumps_like_stdlib(value) == json.dumps(value)
+    assert compact_dumps_many([value, value]) == [json.dumps(value, separators=(",", ":")).encode()] * 2
+
+
+def test_a_few_numbers_below_1e_4_are_spelled_again_not_left_to_the_standard_library():
+    import orjson
+
+    for value, want in (([0.5, 1e-05, 2.5e-07], b"[0.5,1e-05,2.5e-07]"),
+                        ({"a": "1e-5" * 200, "b": 1e-05}, b'{"a":"' + b"1e-5" * 200 + b'","b":1e-05}'),
+                        ({"k": ["x" * 600, -3e-05]}, b'{"k":["' + b"x" * 600 + b'",-3e-05]}')):
+        assert jsonenc._as_stdlib(orjson.dumps(value)) == want
+    assert jsonenc._as_stdlib(orjson.dumps({"a": "0.00001", "b": 1e-05})) is None  # short, quoted: not told apart
+    assert jsonenc._as_stdlib(orjson.dumps([1e-07] * 100)) is None

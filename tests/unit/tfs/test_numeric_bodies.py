@@ -201,10 +201,14 @@ def test_an_image_sized_request_is_noted_and_one_csv_lines_is_read_back():
     assert _same_as_text(pixels.tolist(), "inputs", sig, (",", ":"))
     assert _same_as_text((pixels * 255).astype(int).tolist(), "instances", sig, None)  # whole numbers
     assert not _same_as_text([[0.25] * 32], "instances", _sig("float32", (None, 32)), None)
-    # A number below 1e-4 is spelled otherwise by orjson: the standard library writes the text.
+    # A number below 1e-4, which orjson spells otherwise, is spelled again (json.dumps's text,
+    # checked in _same_as_text); so many of them that the standard library is sooner: its text.
     tiny = pixels.copy()
-    tiny[0, 0, 0, 0] = 5e-5
-    assert not _same_as_text(tiny.tolist(), "instances", sig, None)
+    tiny[0, 0, 0, :] = [5e-5, -1.5e-5, 2.5e-7]
+    tiny[0, 31, 31, 2] = -3e-300
+    assert _same_as_text(tiny.tolist(), "instances", sig, None)
+    assert _same_as_text(tiny.tolist(), "instances", sig, (",", ":"))
+    assert not _same_as_text((pixels * 1e-6).tolist(), "instances", sig, None)
 
 
 def test_a_note_is_the_lists_as_they_were_written_and_only_for_that_text_on_that_thread():
