@@ -84,6 +84,13 @@ def _as_stdlib(out: bytes, parts: list[bytes] | None = None) -> bytes | None:
                      and b"0.0000" not in out)
             return out if alike else None
         return _respelled(out)
+    # The parts outside strings searched together first (as one text): most texts hold none of
+    # the words, and a row of many keys is many parts.
+    tokens = b'"'.join(parts[::2])
+    if b"l" in tokens and b"null" in tokens:
+        return None
+    if (b"-" not in tokens or b"e-" not in tokens) and b"0.0000" not in tokens:
+        return out
     changed = False
     for n in range(0, len(parts), 2):
         part = _respelled(parts[n])
