@@ -1,0 +1,80 @@
+"""A script's request of numbers, noted by its ``json.dumps`` look-alike as it is written
+(``jsonenc.written_numbers``), reaches the model as the same numbers as its text, in worker
+processes and in the job's process, whatever the script does with its lists afterwards; and
+with the standard library's ``json`` (``TFBATCH_STDLIB_JSON=1``), read back from the text, the
+outputs are the same bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tfbatch import run_transform
+from tfbatch.runtime.jsonenc import NOTE_AT
+from tfbatch.testing.models import linear_expected
+
+# Each file holds a seed; the script sends 300 rows of 3 floats (~20 KB of JSON, noted), one of
+# them below 1e-4 (which orjson spells otherwise), a whole-number request for every third seed,
+# and changes its lists after json.dumps returned for every fourth.
+SCRIPT = """
+import json
+
+import numpy as np
+
+
+def rows_for(seed):
+    rows = np.random.default_rng(seed).normal(size=(300, 3))
+    rows[0, 0] = 3e-5 * (seed + 1)
+    if seed % 3 == 2:
+        rows = np.round(rows * 100)
+        return rows.astype(int).tolist()
+    return rows.tolist()
+
+
+def input_handler(data, context):
+    seed = int(data.read().decode())
+    rows = rows_for(seed)
+    text = json.dumps({"instances": rows})
+    if seed % 4 == 3:
+        rows[0][0] = 1e6  # after the text was written: the model must not see it
+    return text
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+"""
+
+
+def _rows(seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).normal(size=(300, 3))
+    rows[0, 0] = 3e-5 * (seed + 1)
+    return np.round(rows * 100) if seed % 3 == 2 else rows
+
+
+def _outs(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.glob("*.out"))}
+
+
+def test_noted_requests_reach_the_model_as_their_text_reads(tmp_path, linear_model, with_script, monkeypatch):
+    assert len(json.dumps({"instances": _rows(0).tolist()})) > NOTE_AT  # the requests are noted
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for seed in range(12):
+        (inp / f"s{seed:02d}.txt").write_text(str(seed))
+    archive = with_script(tmp_path, linear_model, SCRIPT)
+    common = dict(model=str(archive), input=str(inp), content_type="text/plain", max_batch_size=4)
+    monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
+    workers = run_transform(output=str(tmp_path / "workers"), handler_workers=2, **common)
+    inline = run_transform(output=str(tmp_path / "inline"), handler_workers=0, **common)
+    monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")
+    stdlib = run_transform(output=str(tmp_path / "stdlib"), handler_workers=2, **common)
+    assert workers.ok and inline.ok and stdlib.ok and workers.records == 12
+    a, b, c = _outs(tmp_path / "workers"), _outs(tmp_path / "inline"), _outs(tmp_path / "stdlib")
+    assert len(a) == 12 and a == b == c
+    for seed in range(12):
+        got = np.array(json.loads(a[f"s{seed:02d}.txt.out"])["predictions"], np.float32)
+        np.testing.assert_allclose(got, linear_expected(_rows(seed)), rtol=1e-5, atol=1e-5)
