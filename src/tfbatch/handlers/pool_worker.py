@@ -240,20 +240,17 @@ class Worker:
         written = written_numbers(text)
         if written is not None:
             found = decode_written(*written, sig)
-            if found is None:
+        else:
+            if isinstance(text, str):
+                try:
+                    text = text.encode("utf-8")
+                except UnicodeEncodeError:
+                    return None
+            elif isinstance(text, (bytearray, memoryview)):
+                text = bytes(text)
+            elif not isinstance(text, bytes):
                 return None
-            tensors, fmt = found
-            return ("tensors", tensors, fmt, version, sig.name)
-        if isinstance(text, str):
-            try:
-                text = text.encode("utf-8")
-            except UnicodeEncodeError:
-                return None
-        elif isinstance(text, (bytearray, memoryview)):
-            text = bytes(text)
-        elif not isinstance(text, bytes):
-            return None
-        found = decode_numeric(text, sig)
+            found = decode_numeric(text, sig)
         if found is None:
             return None
         tensors, fmt = found

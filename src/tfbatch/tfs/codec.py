@@ -74,11 +74,10 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     a budget ``max_bytes`` exceeded) gives None, and the body goes the general way, which
     reads it or names what is wrong with it.
     """
-    if len(sig.inputs) != 1:
+    one = _numeric_input(sig)
+    if one is None:
         return None
-    ((key, info),) = sig.inputs.items()
-    if info.is_string:
-        return None
+    key, info = one
     found = _NUMERIC_BODY.match(text)
     if found is None:
         return None
@@ -125,11 +124,10 @@ def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: i
     """``decode_numeric`` of a body ``{key: ...}`` of numbers alone whose array is known already
     (``jsonenc.written_numbers``: a script's ``json.dumps`` of it, on this thread): the same
     tensors and layout, or None where ``decode_numeric`` gives None."""
-    if len(sig.inputs) != 1:
+    one = _numeric_input(sig)
+    if one is None:
         return None
-    ((name, info),) = sig.inputs.items()
-    if info.is_string:
-        return None
+    name, info = one
     if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
         return None
     if array.dtype.kind == "f":
@@ -138,6 +136,14 @@ def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: i
         if dtype is not None and array.dtype != dtype:
             array = array.astype(dtype)
     return {name: coerce(array, info, sig.name)}, (ROW if key == "instances" else COLUMNAR)
+
+
+def _numeric_input(sig: SignatureInfo) -> tuple[str, TensorInfo] | None:
+    """The signature's one input, unless it has several or takes strings (None)."""
+    if len(sig.inputs) != 1:
+        return None
+    ((key, info),) = sig.inputs.items()
+    return None if info.is_string else (key, info)
 
 
 def _whole(values: bytes) -> bool:

@@ -265,7 +265,7 @@ class InstanceRunner:
 
     def _start_pool(self, handlers, init: dict) -> None:
         """Called with the script before the model loads: the workers import it meanwhile."""
-        if self.spec.handler_workers is None and self.handler_workers() > 0:
+        if self.spec.handler_workers is None:
             from tfbatch.handlers.inline_pool import InlinePool, in_process_reason
             from tfbatch.handlers.user_code import load_module
 
