@@ -24,6 +24,8 @@ from queue import Empty, SimpleQueue
 from types import ModuleType
 from typing import Any
 
+from tfbatch.batching.cooperative import Turns
+
 # The one "process" every step runs in; output steps are pinned to it. Not a slot index, so a
 # pool that hands hops to both (adaptive_pool.py) tells its output steps apart.
 WHERE = ("in-process", 0)
@@ -99,11 +101,14 @@ class InlinePool:
     size = 1
 
     def __init__(self, init: dict[str, Any], reason: str = "the script imports TensorFlow"):
-        from tfbatch.handlers.pool_worker import Worker
+        from tfbatch.handlers.pool_worker import Worker, handler_turns
 
         # The script is imported once per process (user_code.load_module): this reuses the
         # module the service already loaded, so its module-level code does not run again.
         self.worker = Worker(init)
+        # A single handler's model calls are answered in this process: its calls can take
+        # turns on a hop's thread, pausing for the model (batching/cooperative.py).
+        self.worker.turns = Turns() if handler_turns() else None
         self.reason = reason
         self.hops = 0
         # CPU the hook threads spent in steps (with the worker's handler threads, which a
@@ -160,7 +165,8 @@ class InlinePool:
     @property
     def stats(self) -> dict[str, Any]:
         return {"handler_workers": 0, "hooks": f"in-process ({self.reason})", "hops": self.hops,
-                "hook_threads": self._threads.started, "worker_restarts": 0, "workers_started_before_model_loaded": 0}
+                "hook_threads": self._threads.started, "worker_restarts": 0, "workers_started_before_model_loaded": 0,
+                **({"handler_calls": self.worker.handler_calls()} if self.worker.single_handler else {})}
 
 
 class HookThreads:

@@ -38,6 +38,8 @@ from typing import Any, Callable
 
 import grpc
 
+from tfbatch.batching import cooperative
+
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0")
 # grpc's own default for what a client channel may receive; sending is unlimited by default.
 DEFAULT_CLIENT_MAX_RECEIVE = 4 * 1024 * 1024
@@ -318,6 +320,15 @@ class _UnaryUnary(grpc.UnaryUnaryMultiCallable):
 
     def future(self, request, timeout=None, metadata=None, credentials=None, wait_for_ready=None,
                compression=None):
+        if cooperative.inside():
+            # A call taking turns with its hop's others (batching/cooperative.py) runs here: it
+            # pauses at the model's batcher, so a pool thread would only add two switches.
+            pending: Future = Future()
+            try:
+                pending.set_result(self._run(request, timeout, metadata))
+            except Exception as exc:  # noqa: BLE001 - raised by result(), as from the pool
+                pending.set_exception(exc)
+            return _FutureCall(pending)
         return _FutureCall(_pool().submit(self._run, request, timeout, metadata))
 
 

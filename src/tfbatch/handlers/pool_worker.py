@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tfbatch.batching.cooperative import Turns, run_all
 from tfbatch.errors import TfbatchError, from_exception
 from tfbatch.handlers import wire
 from tfbatch.handlers.context import Context
@@ -71,9 +72,20 @@ HANDLER_CONCURRENCY = 32
 WORKER_GC_THRESHOLDS = (10_000, 10, 10)
 
 
+def _worker_class(env) -> str:
+    return env.get("SAGEMAKER_GUNICORN_WORKER_CLASS", "").strip().lower()
+
+
 def handler_concurrency(env=os.environ) -> int:
     """Handler calls a worker runs at once: 1 where the job asks for the container's ``sync`` workers."""
-    return 1 if env.get("SAGEMAKER_GUNICORN_WORKER_CLASS", "").strip().lower() == "sync" else HANDLER_CONCURRENCY
+    return 1 if _worker_class(env) == "sync" else HANDLER_CONCURRENCY
+
+
+def handler_turns(env=os.environ) -> bool:
+    """Whether a single handler's concurrent calls may take turns on their hop's thread
+    (``batching/cooperative.py``): under the container's default worker class, gevent's
+    greenlets (or eventlet's), as there. Another class (``gthread``) keeps a thread a call."""
+    return _worker_class(env) in ("", "gevent", "eventlet")
 
 
 class Worker:
@@ -97,6 +109,10 @@ class Worker:
         self._contexts: dict[tuple, tuple] = {}  # a request's fields but its body -> its context's (``context``)
         self._threads: ThreadPoolExecutor | None = None
         self._serial = threading.Lock()
+        # Where this process answers the model calls of a single handler itself (an in-process
+        # pool), a hop's calls take turns on its thread (batching/cooperative.py); None: a
+        # thread each (a worker process, whose calls cross a socket).
+        self.turns: Turns | None = None
         # CPU the handler threads spent (an in-process pool counts it as the hooks' CPU).
         self.handler_cpu_s = 0.0
         self._cpu_lock = threading.Lock()
@@ -143,7 +159,7 @@ class Worker:
     def run(self, step: str, items: list) -> list:
         if step != "input":
             return self._outputs(items)
-        if self.handlers is not None and self.handlers.mode == "handler":
+        if self.single_handler:
             concurrency = handler_concurrency()
             if concurrency == 1:
                 # One call at a time in this process, also across the hop threads of an
@@ -151,9 +167,17 @@ class Worker:
                 with self._serial:
                     return [_guarded(self._input, item) for item in items]
             if len(items) > 1:
+                done: list = []
+                if self.turns is not None and not self.turns.blocking():
+                    done = run_all(self._guarded_input, items, concurrency, self.turns)
+                    if len(done) == len(items):
+                        return done
+                    log.info("the handler blocks on something other than the model (%.2f s off the CPU in "
+                             "%d calls, %.2f s on it): its calls go to threads from here on",
+                             self.turns.off_cpu_s, self.turns.calls, self.turns.cpu_s)
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
-                return list(self._threads.map(self._timed_input, items))
+                return done + list(self._threads.map(self._timed_input, items[len(done):]))
         firsts = [_guarded(self._input, item) for item in items]
         # The base64 images of every request that takes the fast decode, decoded together:
         # pybase64 lets go of the GIL for each call, and taking it back behind the threads
@@ -166,6 +190,24 @@ class Worker:
                 firsts[n] = _guarded(self._finish, (images, decoded[at:at + len(images.texts)]))
                 at += len(images.texts)
         return join_runs(firsts, items)
+
+    def _guarded_input(self, item: tuple) -> tuple:
+        return _guarded(self._input, item)
+
+    @property
+    def single_handler(self) -> bool:
+        return self.handlers is not None and self.handlers.mode == "handler"
+
+    def handler_calls(self) -> str:
+        """How a single handler's calls run, for the report."""
+        turns = self.turns
+        if turns is None:
+            return "a thread each"
+        spent = (f"{turns.calls} calls taking turns spent {turns.cpu_s:.2f} s on the CPU and "
+                 f"{turns.off_cpu_s:.2f} s off it outside the model")
+        if turns.blocking():
+            return f"a thread each, after taking turns on the hop's thread blocked ({spent})"
+        return f"taking turns on the hop's thread, each pausing for the model ({spent})"
 
     def _timed_input(self, item: tuple) -> tuple:
         """``_guarded(self._input, item)`` on a handler thread, its CPU added to ``handler_cpu_s``

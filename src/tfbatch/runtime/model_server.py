@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tfbatch import errors
-from tfbatch.batching import DynamicBatcher
+from tfbatch.batching import DynamicBatcher, cooperative
 from tfbatch.runtime.servable import Servable
 from tfbatch.runtime.settings import RuntimeSettings
 from tfbatch.runtime.signature import SignatureInfo
@@ -281,7 +281,8 @@ class ModelServer:
                     raise
                 # The version was unloaded between lookup and submit: it is still in memory.
                 return servable.run_prepared(sig.name, arrays)
-            return future.result()
+            # A single handler's call in its hop's greenlet lets the hop's other calls run.
+            return cooperative.wait(future)
         return servable.run_prepared(sig.name, arrays)
 
     def _batcher(self, servable: Servable, sig: SignatureInfo) -> DynamicBatcher | None:

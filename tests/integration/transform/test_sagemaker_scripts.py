@@ -189,3 +189,44 @@ def test_handler_calls_of_a_hop_run_concurrently(tmp_path, savedmodel, workers, 
         assert max(peaks) == 1
     else:
         assert max(peaks) >= 2
+
+
+# HANDLER, after a call to "another service" that blocks the calling thread for 30 ms.
+BLOCKING_HANDLER = HANDLER.replace("def handler(data, context):\n",
+                                   "def handler(data, context):\n    __import__('time').sleep(0.03)\n")
+
+
+def _report_batches(out):
+    (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
+    return stats
+
+
+@pytest.mark.parametrize("script,worker_class,calls", [
+    (HANDLER, None, "taking turns on the hop's thread"),
+    (GRPC_HANDLER, "gevent", "taking turns on the hop's thread"),
+    # blocked outside the model: the turns stop and later calls get a thread each
+    (BLOCKING_HANDLER, None, "a thread each, after taking turns on the hop's thread blocked"),
+    (HANDLER, "gthread", "a thread each"),
+], ids=["rest", "grpc-gevent", "blocking", "gthread"])
+def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, savedmodel, script, worker_class, calls):
+    # In the job's process, a hop's handler calls take turns on its thread, pausing where they
+    # wait for the model (batching/cooperative.py), as under the container's gevent workers.
+    archive = _archive(tmp_path, savedmodel, script)
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    images = {f"{n:02d}.png": _png(n * 6) for n in range(40)}
+    for key, data in images.items():
+        (inp / key).write_bytes(data)
+    env = ["--env", f"SAGEMAKER_GUNICORN_WORKER_CLASS={worker_class}"] if worker_class else []
+    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), "--max-batch-size", "8",
+                "--content-type", "application/x-image", *env)
+    assert proc.returncode == 0, proc.stderr
+    stats = _report_batches(out)
+    assert stats["hooks"].startswith("in-process")
+    assert stats["handler_calls"].startswith(calls), stats["handler_calls"]
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
+    labels = serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()
+    for key, label in zip(images, labels):
+        assert json.loads((out / f"{key}.out").read_bytes()) == {"label": int(label)}

@@ -1,0 +1,192 @@
+"""A hop's handler calls taking turns on one thread (batching/cooperative.py).
+
+The "model" here is a real DynamicBatcher on its own thread, or futures answered by another
+thread once enough calls wait: the calls must all reach it from one thread, without waiting
+for each other. Blocking is detected on clocks the test moves itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from tfbatch.batching import DynamicBatcher, cooperative
+from tfbatch.batching.cooperative import STUCK_S, Turns, run_all
+
+
+class FakeClocks:
+    """A wall clock and a CPU clock the calls move by hand."""
+
+    def __init__(self):
+        self.wall = 0.0
+        self.cpu = 0.0
+
+    def turns(self) -> Turns:
+        return Turns(clock=lambda: self.wall, cpu_clock=lambda: self.cpu)
+
+    def spend(self, cpu: float, blocked: float = 0.0) -> None:
+        self.cpu += cpu
+        self.wall += cpu + blocked
+
+
+class Answerer:
+    """Answers every waiting future at once, from its own thread, when ``count`` wait."""
+
+    def __init__(self, count: int):
+        self.count, self.futures, self.lock = count, [], threading.Lock()
+        self.rounds = 0
+
+    def ask(self, value: int) -> Future:
+        future: Future = Future()
+        with self.lock:
+            self.futures.append((future, value))
+            if len(self.futures) < self.count:
+                return future
+            batch, self.futures = self.futures, []
+            self.rounds += 1
+        threading.Thread(target=lambda: [f.set_result(v * 10) for f, v in batch]).start()
+        return future
+
+
+def test_every_call_reaches_the_model_before_any_answer_and_results_keep_their_order():
+    model = Answerer(count=4)
+    threads = set()
+
+    def call(item):
+        threads.add(threading.get_ident())
+        return cooperative.wait(model.ask(item)) + 1
+
+    # With one call at a time, the first would wait forever for three others.
+    assert run_all(call, [1, 2, 3, 4, 5, 6, 7, 8], limit=4, turns=Turns()) == [11, 21, 31, 41, 51, 61, 71, 81]
+    assert threads == {threading.get_ident()}
+    assert model.rounds == 2
+
+
+def test_a_real_batcher_sees_the_calls_of_a_hop_together():
+    sizes = []
+
+    def run_batch(inputs):
+        sizes.append(len(inputs["x"]))
+        return {"y": inputs["x"] * 2}
+
+    # A deadline long enough that only a full batch runs it: 8 calls must all be waiting.
+    with DynamicBatcher(run_batch, max_batch_size=8, timeout_s=3600) as batcher:
+        def call(item):
+            out = cooperative.wait(batcher.submit({"x": np.array([item], dtype=np.int64)}))
+            return int(out["y"][0])
+
+        assert run_all(call, list(range(16)), limit=8, turns=Turns()) == [2 * n for n in range(16)]
+    assert sizes == [8, 8]
+
+
+def test_no_more_than_limit_calls_are_under_way():
+    model = Answerer(count=3)
+    under_way = peak = 0
+
+    def call(item):
+        nonlocal under_way, peak
+        under_way += 1
+        peak = max(peak, under_way)
+        try:
+            return cooperative.wait(model.ask(item))
+        finally:
+            under_way -= 1
+
+    assert run_all(call, list(range(9)), limit=3, turns=Turns()) == [n * 10 for n in range(9)]
+    assert peak == 3
+
+
+def test_wait_outside_a_call_or_on_another_thread_just_waits():
+    done: Future = Future()
+    done.set_result(7)
+    assert cooperative.wait(done) == 7  # no loop on this thread
+    assert not cooperative.inside()
+
+    seen = []
+
+    def call(item):
+        # a thread of the call's own: not one of the loop's calls, so it blocks as usual
+        pending: Future = Future()
+        helper = threading.Thread(target=lambda: seen.append((cooperative.inside(), cooperative.wait(pending))))
+        helper.start()
+        pending.set_result(item)
+        helper.join()
+        return cooperative.inside()
+
+    assert run_all(call, [1, 2], limit=2, turns=Turns()) == [True, True]
+    assert sorted(seen) == [(False, 1), (False, 2)]
+
+
+def test_an_error_a_call_lets_through_ends_the_hop_and_drops_the_calls_under_way():
+    model = Answerer(count=99)  # never answers: every call but the failing one stays paused
+    ended = []
+
+    def call(item):
+        if item == 2:
+            raise KeyError("boom")
+        try:
+            return cooperative.wait(model.ask(item))
+        except BaseException as exc:
+            ended.append(type(exc).__name__)
+            raise
+
+    with pytest.raises(KeyError, match="boom"):
+        run_all(call, [0, 1, 2, 3], limit=4, turns=Turns())
+    assert ended == ["GreenletExit", "GreenletExit"]
+    assert not cooperative.inside()
+    run_all(lambda item: item, [1], limit=1, turns=Turns())  # the thread can loop again
+
+
+def test_calls_blocked_outside_the_model_stop_the_turns_and_the_rest_is_left_to_the_caller():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+
+    def call(item):
+        clocks.spend(cpu=0.001, blocked=0.03)  # a 30 ms socket read to another service, say
+        return item
+
+    done = run_all(call, list(range(20)), limit=4, turns=turns)
+    # 4 calls: 0.12 s off the CPU, more than 0.1 s and 8 times the 4 ms on it
+    assert done == [0, 1, 2, 3]
+    assert turns.blocking() and turns.calls == 4
+    assert turns.off_cpu_s == pytest.approx(0.12)
+    # for good: a later hop is told so before it starts
+    assert run_all(call, [5, 6], limit=4, turns=turns) == [5]
+    assert turns.blocking()
+
+
+def test_calls_that_lose_the_cpu_now_and_then_keep_their_turns():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+
+    def call(item):
+        clocks.spend(cpu=0.001, blocked=0.002)  # the GIL taken by other threads for a while
+        return item
+
+    assert run_all(call, list(range(200)), limit=8, turns=turns) == list(range(200))
+    assert not turns.blocking()
+    assert turns.cpu_s == pytest.approx(0.2) and turns.off_cpu_s == pytest.approx(0.4)
+
+
+def test_a_turn_under_way_for_long_stops_the_turns_of_other_threads():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+    inside, release = threading.Event(), threading.Event()
+
+    def stuck(item):
+        inside.set()
+        release.wait()  # e.g. a lock another call of this thread holds across its model call
+        return item
+
+    hop = threading.Thread(target=lambda: run_all(stuck, [1], limit=1, turns=turns))
+    hop.start()
+    assert inside.wait(30)
+    assert not turns.blocking()
+    clocks.wall += STUCK_S + 0.01
+    assert turns.blocking()  # a second hop, on another thread, would take threads now
+    release.set()
+    hop.join()
+    assert turns.blocking()
