@@ -4,9 +4,10 @@ for the model.
 A single ``handler`` calls the model itself (a POST to ``context.rest_uri`` or a gRPC call,
 both answered in the job's process) and waits for the answer. On a thread per call, every
 record cost a round of thread switches: the handler thread woke, its call went to the
-batcher's thread, the answer woke the handler thread again, and 32 such threads took turns at
-the GIL (~14 context switches and ~0.5 ms of kernel time a record on the 2-core VM,
-``benchmarks/transform/profile/cooperative-handlers.md``).
+batcher's thread (a gRPC ``.future()`` through a pool thread first), the answer woke the
+handler thread again, and 32 such threads took turns at the GIL: 13-18 context switches a
+record on the 2-core VM, whose cores stood a third idle
+(``benchmarks/transform/profile/cooperative-handlers.md``).
 
 :func:`run_all` runs each call of a hop in a greenlet on the hop's own thread. Where a call
 would block on the model's batcher, :func:`wait` hands control back to the hop's loop instead,

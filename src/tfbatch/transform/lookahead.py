@@ -25,6 +25,9 @@ T = TypeVar("T")
 class CountAhead(Generic[T]):
     def __init__(self, source: Iterable[T], *, limit: int = 10_000):
         self._source = iter(source)
+        # The driver iterates while the tuner, on a hop's thread, may read ahead: a generator
+        # stepped from two threads at once raises "generator already executing".
+        self._lock = threading.Lock()
         self._ahead: deque[T] = deque()
         self.limit = max(1, limit)
         self.seen = 0  # items read from the source, handed on or still held
@@ -36,11 +39,12 @@ class CountAhead(Generic[T]):
         return self
 
     def __next__(self) -> T:
-        if not self._ahead:
-            self._pull(1)
-        if not self._ahead:
-            raise StopIteration
-        return self._ahead.popleft()
+        with self._lock:
+            if not self._ahead:
+                self._pull(1)
+            if not self._ahead:
+                raise StopIteration
+            return self._ahead.popleft()
 
     def _pull(self, n: int) -> None:
         for _ in range(n):
@@ -62,17 +66,19 @@ class CountAhead(Generic[T]):
     def rows(self, want: int) -> tuple[int, bool]:
         """Read ahead until ``want`` items are known to exist (at most ``limit`` held back);
         returns (items seen, whether the source is exhausted)."""
-        if not self.exhausted and self.seen < want:
-            self._pull(min(want - self.seen, self.limit - len(self._ahead)))
-        return self.seen, self.exhausted
+        with self._lock:
+            if not self.exhausted and self.seen < want:
+                self._pull(min(want - self.seen, self.limit - len(self._ahead)))
+            return self.seen, self.exhausted
 
     def bytes_ahead(self, want: int) -> tuple[int | None, bool]:
         """Read ahead until the items seen hold ``want`` bytes (at most ``limit`` held back);
         returns (their bytes, or None where an item has no size; whether the source is exhausted)."""
-        while (not self.exhausted and self.bytes is not None and self.bytes < want
-               and len(self._ahead) < self.limit and self._pull_one()):
-            pass
-        return self.bytes, self.exhausted
+        with self._lock:
+            while (not self.exhausted and self.bytes is not None and self.bytes < want
+                   and len(self._ahead) < self.limit and self._pull_one()):
+                pass
+            return self.bytes, self.exhausted
 
 
 def rows_from_bytes(counted: CountAhead, bytes_per_row: float | None, want: int,

@@ -122,3 +122,32 @@ def test_rows_from_bytes_cannot_tell_without_listed_sizes():
     counted = CountAhead([_Sized(1000), _Sized(None), _Sized(1000)])
     assert rows_from_bytes(counted, 100.0, 40) is None
     assert CountAhead(range(5)).bytes_ahead(10) == (None, False)
+
+
+def test_count_ahead_is_read_ahead_from_another_thread_while_it_is_iterated():
+    """The tuner asks how many rows the job has on a hop's thread while the driver iterates:
+    a generator stepped from both at once would raise "generator already executing"."""
+    import sys
+
+    counted = CountAhead((n for n in range(100_000)), limit=1_000_000)
+    failures = []
+
+    def read_ahead():
+        try:
+            while not counted.exhausted:
+                counted.rows(counted.seen + 3)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        reader = threading.Thread(target=read_ahead)
+        reader.start()
+        got = list(counted)
+        reader.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+    assert got == list(range(100_000))
+    assert counted.seen == 100_000
