@@ -31,7 +31,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tfbatch.batching.cooperative import Turns, run_all
 from tfbatch.errors import TfbatchError, from_exception
@@ -179,6 +179,19 @@ class Worker:
                     self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
                 return done + list(self._threads.map(self._timed_input, items[len(done):]))
         firsts = [_guarded(self._input, item) for item in items]
+        # Small bodies of numbers (a line each), read together: one parse and one coerce for
+        # those that share a shape. Before the images: a body read the general way may be one.
+        waiting = [(n, first) for n, first in enumerate(firsts) if type(first) is _Numbers]
+        if waiting:
+            from tfbatch.tfs.codec import decode_numeric_many
+
+            by_sig: dict[int, list] = {}
+            for n, numbers in waiting:
+                by_sig.setdefault(id(numbers.sig), []).append((n, numbers))
+            for group in by_sig.values():
+                found = decode_numeric_many([numbers.text for _, numbers in group], group[0][1].sig)
+                for (n, numbers), read in zip(group, found):
+                    firsts[n] = _guarded(self._finish_numbers, (numbers, read))
         # The base64 images of every request that takes the fast decode, decoded together:
         # pybase64 lets go of the GIL for each call, and taking it back behind the threads
         # that hold it cost more than the decode (profile/pool-hops.md). One call per hop.
@@ -227,18 +240,44 @@ class Worker:
         if self.handlers.mode == "handler":
             return _final(user_result(call_user("handler", self.handlers.handler, _Body(item[0]), ctx)))
         processed = call_user("input_handler", self.handlers.input_handler, _Body(item[0]), ctx)
+
+        def respond(err: TfbatchError) -> tuple:
+            # As in local_post: the error is the model's answer, and output_handler sees it.
+            return self._respond(ctx, err.status, err.to_json())
+
         try:
-            numeric = self._numeric(processed, ctx)
-            if numeric is not None:
-                return numeric
+            numeric = self._numeric(processed, ctx, lambda: self._general_input(processed, ctx), respond)
+        except TfbatchError as err:
+            return respond(err)
+        return numeric if numeric is not None else self._general_input(processed, ctx)
+
+    def _general_input(self, processed: Any, ctx) -> tuple | "_Images":
+        """What an ``input_handler``'s result becomes when it is not a body of numbers alone."""
+        try:
             body = parse_handler_body(processed)
             decoded = self._decode(body, ctx)
         except TfbatchError as err:
-            # As in local_post: the error is the model's answer, and output_handler sees it.
             return self._respond(ctx, err.status, err.to_json())
         if type(decoded) is _Images:
             decoded.respond = True
         return decoded
+
+    def _finish_numbers(self, waiting: tuple) -> tuple:
+        """A ``_Numbers`` request's result, given what ``decode_numeric_many`` read for it."""
+        from tfbatch.tfs.codec import ALONE, decode_numeric
+
+        numbers, found = waiting
+        try:
+            if found is ALONE:
+                found = decode_numeric(numbers.text, numbers.sig)
+            if found is None:
+                return numbers.general()
+        except TfbatchError as err:
+            if numbers.respond is None:
+                raise
+            return numbers.respond(err)
+        tensors, fmt = found
+        return ("tensors", tensors, fmt, numbers.version, numbers.sig.name)
 
     def _finish(self, waiting: tuple) -> tuple:
         """A fast-path request's tensors from its decoded images (None: a value the decoder
@@ -265,9 +304,14 @@ class Worker:
                 return _Images(body, ctx, version, sig, *found)
         return self._general(body, ctx)
 
-    def _numeric(self, text: Any, ctx) -> tuple | None:
+    def _numeric(self, text: Any, ctx, general: Callable[[], Any] | None = None,
+                 respond: Callable[[TfbatchError], tuple] | None = None) -> tuple | "_Numbers" | None:
         """The tensors of a body of numbers alone for the default signature, read from its text
-        (``codec.decode_numeric``: no Python object per number), or None: the general way."""
+        (``codec.decode_numeric``: no Python object per number), or None: the general way.
+
+        Given ``general`` (the general way for this body), a small text is left to be read
+        with the hop's others (``_Numbers``, ``codec.decode_numeric_many``); ``respond``
+        then turns its read's error into the request's result (None: the error is raised)."""
         from tfbatch.runtime.jsonenc import written_numbers
         from tfbatch.tfs.codec import decode_numeric, decode_written
 
@@ -292,6 +336,8 @@ class Worker:
                 text = bytes(text)
             elif not isinstance(text, bytes):
                 return None
+            if general is not None and len(text) <= _NUMBERS_TOGETHER:
+                return _Numbers(text, sig, version, general, respond)
             found = decode_numeric(text, sig)
         if found is None:
             return None
@@ -325,7 +371,7 @@ class Worker:
                 return tensors
             body = bytes(data)
             if defaults.media_type(content_type) in defaults.JSON_TYPES:
-                tensors = self._numeric(body, ctx)
+                tensors = self._numeric(body, ctx, lambda: self._decode(defaults.json_request(body, content_type), ctx))
                 if tensors is not None:
                     return tensors
             return self._decode(defaults.json_request(body, content_type), ctx)
@@ -484,6 +530,22 @@ def join_runs(firsts: list, items: list) -> list:
 
 # pybase64's SIMD decoder where installed (tfs/codec.py), binascii's strict one otherwise.
 _b64decode, _strict_b64decode = fast_b64decode, strict_b64decode
+
+
+# Bodies of numbers up to this size wait to be read with the hop's others (``_Numbers``);
+# larger ones are read at once, where one parse's fixed cost is small beside the numbers'.
+_NUMBERS_TOGETHER = 4096
+
+
+class _Numbers:
+    """A request whose body may be numbers alone, waiting to be read with the hop's others:
+    its text, the signature, what else to do with it (``general``) and with a read's error
+    (``respond``; None: raise it)."""
+
+    __slots__ = ("text", "sig", "version", "general", "respond")
+
+    def __init__(self, text, sig, version, general, respond):
+        self.text, self.sig, self.version, self.general, self.respond = text, sig, version, general, respond
 
 
 class _Images:

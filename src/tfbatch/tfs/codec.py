@@ -120,6 +120,81 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
     return {key: coerce(array.reshape(shape), info, sig.name)}, (ROW if found.group(1) == b"instances" else COLUMNAR)
 
 
+def decode_numeric_many(texts: list[bytes], sig: SignatureInfo) -> list:
+    """``decode_numeric(text, sig)`` of many small bodies, or ``ALONE`` for a text to give to
+    ``decode_numeric`` itself.
+
+    A SingleRecord CSV job through a script sends each line as ``{"instances": [[...]]}``: one
+    parse, one ``np.array`` and one ``coerce`` a line, each several times the cost of the line's
+    numbers. Here the ``"instances"`` bodies of a hop that share a shape (the same brackets and
+    commas) and a kind of number (all whole, or none) are read as one JSON list and coerced
+    once, and each gets its rows of the result: the values, dtype and shape ``decode_numeric``
+    gives it. What could read otherwise alone is left ``ALONE``: a body of another form, a
+    larger one, one that keeps its group from parsing or coercing (``_read_together`` tries
+    halves of the group again, so the others stay together and that one names its own error),
+    and every body where the signature fixes its input's first dimension (a group would pass
+    where its members fail).
+    """
+    out: list = [ALONE] * len(texts)
+    one = _numeric_input(sig)
+    if one is None:
+        return [None] * len(texts)
+    key, info = one
+    if info.shape is not None and (not info.shape or info.shape[0] is not None):
+        return out
+    # By kind of number and by count of brackets and commas (a shape's outline: np.array
+    # checks the shapes themselves, taking a list of lists only where every member's is alike).
+    groups: dict[tuple[bool, int, int], list[tuple[int, bytes]]] = {}
+    for n, text in enumerate(texts):
+        found = _NUMERIC_BODY.match(text)
+        if found is None:
+            out[n] = None
+            continue
+        values = found.group(2)
+        if found.group(1) != b"instances" or len(values) > _SMALL_BODY:
+            continue
+        opened = len(values) - len(values.lstrip(b"[" + _JSON_SPACE))
+        if values.count(b"[", 0, opened) > _MAX_DEPTH:  # as decode_numeric's skeleton counts them
+            continue
+        groups.setdefault((_whole(values), values.count(b"["), values.count(b",")), []).append((n, values))
+    for (whole, _, _), members in groups.items():
+        _read_together(members, whole, key, info, sig.name, out)
+    return out
+
+
+def _read_together(members: list[tuple[int, bytes]], whole: bool, key: str, info: TensorInfo, sig_name: str,
+                   out: list) -> None:
+    """``decode_numeric_many``'s read of one group: on a failure (a body that is not numbers
+    alone or not JSON, a shape unlike the others', a value ``coerce`` refuses), each half again,
+    so that one odd body leaves the rest together and is itself read alone."""
+    if len(members) < 2:
+        return
+    joined = b"[" + b",".join([v for _, v in members]) + b"]"
+    joint = None
+    if not joined.translate(None, _NUMBER_CHARS + _JSON_SPACE + b",[]"):  # no string, object or literal
+        try:
+            array = np.array(orjson.loads(joined))
+        except (orjson.JSONDecodeError, ValueError):  # not JSON; shapes that differ
+            array = None
+        if array is not None and array.size and array.dtype.kind == ("i" if whole else "f"):
+            rows = array.shape[1]
+            try:
+                joint = coerce(array.reshape((len(members) * rows, *array.shape[2:])), info, sig_name)
+            except errors.TfbatchError:
+                pass
+    if joint is None:
+        half = len(members) // 2
+        _read_together(members[:half], whole, key, info, sig_name, out)
+        _read_together(members[half:], whole, key, info, sig_name, out)
+        return
+    for m, (n, _) in enumerate(members):
+        out[n] = ({key: joint[m * rows:(m + 1) * rows]}, ROW)
+
+
+# ``decode_numeric_many``'s word for a body it leaves to ``decode_numeric``.
+ALONE = object()
+
+
 def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: int | None = None):
     """``decode_numeric`` of a body ``{key: ...}`` of numbers alone whose array is known already
     (``jsonenc.written_numbers``: a script's ``json.dumps`` of it, on this thread): the same

@@ -17,7 +17,7 @@ from tfbatch import errors
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.jsonenc import dumps_like_stdlib, written_numbers
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
-from tfbatch.tfs.codec import decode_numeric, decode_predict, decode_written
+from tfbatch.tfs.codec import ALONE, decode_numeric, decode_numeric_many, decode_predict, decode_written
 
 
 def _sig(dtype: str = "float32", shape=(None, None, None)) -> SignatureInfo:
@@ -236,3 +236,75 @@ def _note_is_the_lists_as_they_were_written():
     for value in ({"instances": [[1, 2]], "x": 1}, {"instances": [["a"]]}, {"instances": [[True]]},
                   {"instances": [[None]]}, {"inputs": {"x": [1.5]}}, [[1.5]], {"instances": []}):
         assert written_numbers(dumps_like_stdlib(value)) is None, value
+
+
+# A hop's small bodies read together (``decode_numeric_many``): each must read as it reads alone
+# (``decode_numeric``): the same tensors, layout and error, or None; ``ALONE`` leaves it to that.
+
+def _alone(text: bytes, sig: SignatureInfo):
+    try:
+        return decode_numeric(text, sig)
+    except errors.InvalidInput as err:
+        return err
+
+
+def _many_as_alone(texts: list[bytes], sig: SignatureInfo) -> int:
+    """How many of ``texts`` were read together; each reads as it does alone."""
+    together = 0
+    for text, got in zip(texts, decode_numeric_many(texts, sig)):
+        want = _alone(text, sig)
+        if got is ALONE:
+            continue
+        if got is None:
+            assert want is None, text
+            continue
+        together += 1
+        assert not isinstance(want, Exception), (text, want)
+        assert want is not None and got[1] == want[1], text
+        (a,), (b,) = got[0].values(), want[0].values()
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), text
+    return together
+
+
+_line_values = st.one_of(
+    _arrays(),
+    st.lists(st.lists(st.one_of(_ints, _floats), min_size=3, max_size=3), min_size=1, max_size=2),
+    _nested,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_line_values, st.sampled_from(["instances", "inputs"])), min_size=1, max_size=12),
+       st.sampled_from(["float32", "float64", "float16", "int32", "int64", "uint8"]),
+       st.sampled_from([None, (None, 3), (None, 1, 3), (2, 3)]), st.sampled_from([None, (",", ":")]))
+def test_bodies_read_together_read_as_each_reads_alone(bodies, dtype, shape, separators):
+    texts = [json.dumps({key: value}, separators=separators).encode() for value, key in bodies]
+    _many_as_alone(texts, _sig(dtype, shape))
+
+
+def test_a_csv_jobs_lines_are_read_together_and_the_odd_ones_alone():
+    rng = np.random.default_rng(3)
+    lines = [json.dumps({"instances": [np.round(rng.normal(size=32), 4).tolist()]}).encode() for _ in range(40)]
+    sig = _sig("float32", (None, 32))
+    assert _many_as_alone(lines, sig) == 40
+    # whole-number lines form their own group; a line of 31 numbers, one with a string, one the
+    # signature refuses and one that is not JSON each read alone, and the others still together
+    odd = [b'{"instances": [[' + b",".join([b"7"] * 32) + b"]]}",
+           b'{"instances": [[' + b",".join([b"7"] * 32) + b"]]}",
+           b'{"instances": [[' + b",".join([b"0.5"] * 31) + b"]]}",
+           b'{"instances": [["1"' + b",0.5" * 31 + b"]]}",
+           b'{"instances": [[1e400' + b",0.5" * 31 + b"]]}",
+           b'{"instances": [[true' + b",0.5" * 31 + b"]]}",
+           b'{"instances": [[0.5,,' + b",0.5" * 30 + b"]]}"]
+    texts = lines[:20] + odd + lines[20:]
+    found = decode_numeric_many(texts, sig)
+    assert [found[n] is ALONE for n in range(20, 27)] == [False, False, True, True, True, True, True]
+    # the odd ones' group is read in halves: all but a few of its lines stay together
+    assert _many_as_alone(texts, sig) >= 38
+    assert found[20][0]["x"].dtype == np.float32
+    # a signature that fixes the first dimension: each alone (a group of two would pass (2, 32))
+    assert decode_numeric_many(lines[:2], _sig("float32", (1, 32))) == [ALONE, ALONE]
+    # one body alone in its group, strings for the signature, another key: as alone
+    assert decode_numeric_many(lines[:1], sig) == [ALONE]
+    assert decode_numeric_many(lines[:2], _sig("string", (None, 32))) == [None, None]
+    assert _many_as_alone([b'{"inputs": [[1.5]]}', b'{"inputs": [[2.5]]}', b'["instances"]'], sig) == 0
