@@ -33,10 +33,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from tfbatch.batching.cooperative import Turns, run_all
-from tfbatch.errors import TfbatchError, from_exception
-from tfbatch.handlers import wire
+from tfbatch.errors import InvalidInput, TfbatchError, from_exception
+from tfbatch.handlers import defaults, wire
 from tfbatch.handlers.context import Context
+from tfbatch.records.images import check_image, sniff
 from tfbatch.handlers.service import (
     InvocationRequest,
     InvocationResponse,
@@ -47,7 +50,19 @@ from tfbatch.handlers.service import (
     parse_handler_body,
     user_result,
 )
-from tfbatch.tfs.codec import fast_b64decode, strict_b64decode
+from tfbatch.runtime import jsonenc
+from tfbatch.runtime.jsonenc import written_numbers
+from tfbatch.runtime.servable import coerce
+from tfbatch.tfs.codec import (
+    ALONE,
+    decode_numeric,
+    decode_numeric_many,
+    decode_written,
+    encode_predict,
+    encode_predict_bodies,
+    fast_b64decode,
+    strict_b64decode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +198,6 @@ class Worker:
         # those that share a shape. Before the images: a body read the general way may be one.
         waiting = [(n, first) for n, first in enumerate(firsts) if type(first) is _Numbers]
         if waiting:
-            from tfbatch.tfs.codec import decode_numeric_many
-
             by_sig: dict[int, list] = {}
             for n, numbers in waiting:
                 by_sig.setdefault(id(numbers.sig), []).append((n, numbers))
@@ -264,8 +277,6 @@ class Worker:
 
     def _finish_numbers(self, waiting: tuple) -> tuple:
         """A ``_Numbers`` request's result, given what ``decode_numeric_many`` read for it."""
-        from tfbatch.tfs.codec import ALONE, decode_numeric
-
         numbers, found = waiting
         try:
             if found is ALONE:
@@ -312,9 +323,6 @@ class Worker:
         Given ``general`` (the general way for this body), a small text is left to be read
         with the hop's others (``_Numbers``, ``codec.decode_numeric_many``); ``respond``
         then turns its read's error into the request's result (None: the error is raised)."""
-        from tfbatch.runtime.jsonenc import written_numbers
-        from tfbatch.tfs.codec import decode_numeric, decode_written
-
         known = self.models.get(ctx.model_name)
         if ctx.method != "predict" or ctx.model_version is not None or known is None:
             return None
@@ -362,9 +370,6 @@ class Worker:
 
     def _default(self, data, content_type: str | None, ctx) -> tuple:
         """``InferenceService._invoke_default`` up to the model call; its errors are the answer."""
-        from tfbatch.errors import InvalidInput
-        from tfbatch.handlers import defaults
-
         if not defaults.is_image(content_type):
             tensors = self._table(data, content_type, ctx)
             if tensors is not None:
@@ -388,8 +393,6 @@ class Worker:
     def _table(self, data, content_type: str | None, ctx) -> tuple | None:
         """A plain numeric CSV body for the default signature, parsed in bulk
         (``defaults.table_tensors``: the tensor ``_decode`` would build); None: the general path."""
-        from tfbatch.handlers import defaults
-
         known = self.models.get(ctx.model_name)
         if ctx.method != "predict" or ctx.model_version is not None or known is None:
             return None
@@ -418,8 +421,6 @@ class Worker:
     def _run_bodies(self, entry: tuple) -> list[tuple]:
         """(status, content) of each request of a run, in order: one encode for all of them
         (``codec.encode_predict_bodies``), else each request's own, as ``output`` does it."""
-        from tfbatch.tfs.codec import encode_predict_bodies
-
         outputs, sizes, fmt, version, sig_name = entry[2]
         try:
             bodies = encode_predict_bodies(outputs, sizes, fmt)
@@ -443,11 +444,7 @@ class Worker:
 
     def _content(self, item: tuple, kind: str, payload: Any) -> tuple[int, bytes]:
         """(status, body) of the TFS answer an output step entry stands for."""
-        from tfbatch.runtime import jsonenc
-
         if kind == "outputs":
-            from tfbatch.tfs.codec import encode_predict
-
             outputs, fmt, version, sig_name = payload
             sig = self.models[item[4]][1][sig_name]
             try:
@@ -505,8 +502,6 @@ def cut_rows(tensors: dict, sizes: list[int]) -> list[dict]:
 def join_runs(firsts: list, items: list) -> list:
     """``firsts`` with each run of two or more consecutive ``tensors`` results for the same
     model, version, signature, format and layout joined into one (see ``TENSORS_RUN``)."""
-    import numpy as np
-
     layouts = [tensor_layout(r[1]) if r[0] == "tensors" else None for r in firsts]
     out, n = firsts, 0
     while n < len(firsts):
@@ -643,11 +638,6 @@ def b64_request(body: Any, sig: Any, max_pixels: int) -> tuple[int, dict[str, An
 
 def b64_tensors(values: list[bytes], key: str, info: Any, sig: Any, max_pixels: int) -> dict[str, Any]:
     """The request's tensor from its decoded values, each image's header checked first."""
-    import numpy as np
-
-    from tfbatch.records.images import check_image, sniff
-    from tfbatch.runtime.servable import coerce
-
     array = np.empty(len(values), dtype=object)
     for n, data in enumerate(values):
         if sniff(data) is not None:  # bytes that are no image (a tf.Example, text) pass, as there
