@@ -39,7 +39,6 @@ from tfbatch.batching.cooperative import Turns, run_all
 from tfbatch.errors import InvalidInput, TfbatchError, from_exception
 from tfbatch.handlers import defaults, wire
 from tfbatch.handlers.context import Context
-from tfbatch.records.images import check_image, sniff
 from tfbatch.handlers.service import (
     InvocationRequest,
     InvocationResponse,
@@ -50,6 +49,7 @@ from tfbatch.handlers.service import (
     parse_handler_body,
     user_result,
 )
+from tfbatch.records.images import check_image, sniff
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.jsonenc import written_numbers
 from tfbatch.runtime.servable import coerce
@@ -278,15 +278,15 @@ class Worker:
     def _finish_numbers(self, waiting: tuple) -> tuple:
         """A ``_Numbers`` request's result, given what ``decode_numeric_many`` read for it."""
         numbers, found = waiting
-        try:
-            if found is ALONE:
+        if found is ALONE:
+            try:
                 found = decode_numeric(numbers.text, numbers.sig)
-            if found is None:
-                return numbers.general()
-        except TfbatchError as err:
-            if numbers.respond is None:
-                raise
-            return numbers.respond(err)
+            except TfbatchError as err:
+                if numbers.respond is None:
+                    raise
+                return numbers.respond(err)
+        if found is None:
+            return numbers.general()  # outside the try: an output_handler it runs is not run twice
         tensors, fmt = found
         return ("tensors", tensors, fmt, numbers.version, numbers.sig.name)
 
