@@ -19,8 +19,9 @@ the same way: its default gunicorn workers are gevent's, greenlets on one thread
 A call that blocks elsewhere (on a socket to another service, ``time.sleep``) would hold up
 every other call of the hop's thread. The loop therefore times each turn of a call on the
 wall clock and on the thread's CPU clock; once the calls have spent far more time off the CPU
-outside :func:`wait` than on it (``Turns.blocking``), the caller stops taking turns and goes
-back to a thread per call (``handlers/pool_worker.py``).
+outside :func:`wait` than on it, or once one turn has lasted over ``STUCK_S`` (a call waiting
+on another call of its own thread, which cannot run meanwhile), the caller stops taking turns
+and goes back to a thread per call (``Turns.blocking``, ``handlers/pool_worker.py``).
 
 Imports no TensorFlow; ``greenlet`` is imported on first use.
 """
