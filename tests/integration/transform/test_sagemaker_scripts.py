@@ -191,6 +191,10 @@ def test_handler_calls_of_a_hop_run_concurrently(tmp_path, savedmodel, workers, 
         assert max(peaks) >= 2
 
 
+# HANDLER with json=: the call goes through the thread's requests.Session, which the calls
+# taking turns on one thread share.
+JSON_HANDLER = HANDLER.replace("data=json.dumps(payload)", "json=payload")
+assert JSON_HANDLER != HANDLER
 # HANDLER, after a call to "another service" that blocks the calling thread for 30 ms.
 BLOCKING_HANDLER = HANDLER.replace("def handler(data, context):\n",
                                    "def handler(data, context):\n    __import__('time').sleep(0.03)\n")
@@ -203,11 +207,12 @@ def _report_batches(out):
 
 @pytest.mark.parametrize("script,worker_class,calls", [
     (HANDLER, None, "taking turns on the hop's thread"),
+    (JSON_HANDLER, None, "taking turns on the hop's thread"),
     (GRPC_HANDLER, "gevent", "taking turns on the hop's thread"),
     # blocked outside the model: the turns stop and later calls get a thread each
     (BLOCKING_HANDLER, None, "a thread each, after taking turns on the hop's thread blocked"),
     (HANDLER, "gthread", "a thread each"),
-], ids=["rest", "grpc-gevent", "blocking", "gthread"])
+], ids=["rest", "rest-json-session", "grpc-gevent", "blocking", "gthread"])
 def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, savedmodel, script, worker_class, calls):
     # In the job's process, a hop's handler calls take turns on its thread, pausing where they
     # wait for the model (batching/cooperative.py), as under the container's gevent workers.
