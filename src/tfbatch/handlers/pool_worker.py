@@ -258,11 +258,14 @@ class Worker:
             # As in local_post: the error is the model's answer, and output_handler sees it.
             return self._respond(ctx, err.status, err.to_json())
 
+        def general() -> tuple | "_Images":
+            return self._general_input(processed, ctx)
+
         try:
-            numeric = self._numeric(processed, ctx, lambda: self._general_input(processed, ctx), respond)
+            numeric = self._numeric(processed, ctx, general, respond)
         except TfbatchError as err:
             return respond(err)
-        return numeric if numeric is not None else self._general_input(processed, ctx)
+        return numeric if numeric is not None else general()
 
     def _general_input(self, processed: Any, ctx) -> tuple | "_Images":
         """What an ``input_handler``'s result becomes when it is not a body of numbers alone."""
@@ -375,11 +378,14 @@ class Worker:
             if tensors is not None:
                 return tensors
             body = bytes(data)
+            def general() -> tuple | "_Images":
+                return self._decode(defaults.json_request(body, content_type), ctx)
+
             if defaults.media_type(content_type) in defaults.JSON_TYPES:
-                tensors = self._numeric(body, ctx, lambda: self._decode(defaults.json_request(body, content_type), ctx))
+                tensors = self._numeric(body, ctx, general)
                 if tensors is not None:
                     return tensors
-            return self._decode(defaults.json_request(body, content_type), ctx)
+            return general()
         if ctx.method != "predict":
             raise InvalidInput(f"an image body can only be sent to predict, not {ctx.method}")
         known = self.models.get(ctx.model_name)

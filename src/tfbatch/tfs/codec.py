@@ -157,13 +157,12 @@ def decode_numeric_many(texts: list[bytes], sig: SignatureInfo) -> list:
         if values.count(b"[", 0, opened) > _MAX_DEPTH:  # as decode_numeric's skeleton counts them
             continue
         groups.setdefault((_whole(values), values.count(b"["), values.count(b",")), []).append((n, values))
-    for (whole, _, _), members in groups.items():
-        _read_together(members, whole, key, info, sig.name, out)
+    for members in groups.values():
+        _read_together(members, key, info, sig.name, out)
     return out
 
 
-def _read_together(members: list[tuple[int, bytes]], whole: bool, key: str, info: TensorInfo, sig_name: str,
-                   out: list) -> None:
+def _read_together(members: list[tuple[int, bytes]], key: str, info: TensorInfo, sig_name: str, out: list) -> None:
     """``decode_numeric_many``'s read of one group: on a failure (a body that is not numbers
     alone or not JSON, a shape unlike the others', a value ``coerce`` refuses), each half again,
     so that one odd body leaves the rest together and is itself read alone."""
@@ -172,11 +171,9 @@ def _read_together(members: list[tuple[int, bytes]], whole: bool, key: str, info
     joined = b"[" + b",".join([v for _, v in members]) + b"]"
     joint = None
     if not joined.translate(None, _NUMBER_CHARS + _JSON_SPACE + b",[]"):  # no string, object or literal
-        try:
-            array = np.array(orjson.loads(joined))
-        except (orjson.JSONDecodeError, ValueError):  # not JSON; shapes that differ
-            array = None
-        if array is not None and array.size and array.dtype.kind == ("i" if whole else "f"):
+        # The group's members share their kind of number: the joined text's kind is theirs.
+        array = _numbers_array(joined)  # None too where the members' shapes differ
+        if array is not None:
             rows = array.shape[1]
             try:
                 joint = coerce(array.reshape((len(members) * rows, *array.shape[2:])), info, sig_name)
@@ -184,8 +181,8 @@ def _read_together(members: list[tuple[int, bytes]], whole: bool, key: str, info
                 pass
     if joint is None:
         half = len(members) // 2
-        _read_together(members[:half], whole, key, info, sig_name, out)
-        _read_together(members[half:], whole, key, info, sig_name, out)
+        _read_together(members[:half], key, info, sig_name, out)
+        _read_together(members[half:], key, info, sig_name, out)
         return
     for m, (n, _) in enumerate(members):
         out[n] = ({key: joint[m * rows:(m + 1) * rows]}, ROW)
@@ -242,13 +239,23 @@ def _small_numeric(values: bytes, skeleton: bytes, info: TensorInfo, max_bytes: 
     number past int64, the budget)."""
     if len(skeleton) - len(skeleton.lstrip(b"[")) > _MAX_DEPTH:  # counted without the spaces
         return None
+    array = _numbers_array(values)
+    if array is None:
+        return None
+    if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
+        return None
+    return array
+
+
+def _numbers_array(values: bytes) -> np.ndarray | None:
+    """``np.array`` of a numbers-only JSON text (nested lists), None where orjson refuses the
+    text, the lists are ragged or empty, or the array's kind is not the text's (a whole number
+    past int64, which orjson reads as a float)."""
     try:
         array = np.array(orjson.loads(values))
     except (orjson.JSONDecodeError, ValueError):  # not JSON; ragged lists
         return None
     if array.size == 0 or array.dtype.kind != ("i" if _whole(values) else "f"):
-        return None
-    if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
         return None
     return array
 
