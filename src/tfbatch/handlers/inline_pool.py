@@ -24,7 +24,6 @@ from queue import Empty, SimpleQueue
 from types import ModuleType
 from typing import Any
 
-from tfbatch.batching.cooperative import Turns
 
 # The one "process" every step runs in; output steps are pinned to it. Not a slot index, so a
 # pool that hands hops to both (adaptive_pool.py) tells its output steps apart.
@@ -101,14 +100,14 @@ class InlinePool:
     size = 1
 
     def __init__(self, init: dict[str, Any], reason: str = "the script imports TensorFlow"):
-        from tfbatch.handlers.pool_worker import Worker, handler_turns
+        from tfbatch.handlers.pool_worker import Worker
 
         # The script is imported once per process (user_code.load_module): this reuses the
         # module the service already loaded, so its module-level code does not run again.
         self.worker = Worker(init)
         # A single handler's model calls are answered in this process: its calls can take
         # turns on a hop's thread, pausing for the model (batching/cooperative.py).
-        self.worker.turns = Turns() if handler_turns() else None
+        self.worker.take_turns()
         self.reason = reason
         self.hops = 0
         # CPU the hook threads spent in steps (with the worker's handler threads, which a

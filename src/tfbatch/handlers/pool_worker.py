@@ -128,6 +128,7 @@ class Worker:
         # pool), a hop's calls take turns on its thread (batching/cooperative.py); None: a
         # thread each (a worker process, whose calls cross a socket).
         self.turns: Turns | None = None
+        self.threads_because: str | None = None  # why a single handler's calls did not take turns
         # CPU the handler threads spent (an in-process pool counts it as the hooks' CPU).
         self.handler_cpu_s = 0.0
         self._cpu_lock = threading.Lock()
@@ -224,11 +225,28 @@ class Worker:
     def single_handler(self) -> bool:
         return self.handlers is not None and self.handlers.mode == "handler"
 
+    def take_turns(self) -> None:
+        """Let a single handler's calls take turns on their hop's thread (batching/cooperative.py):
+        for a pool in the process that answers their model calls. Not under a worker class
+        other than gevent's (``handler_turns``), nor for a script that keeps per-thread state,
+        which the calls on one thread would share (``user_code.thread_local_use``)."""
+        from tfbatch.handlers.user_code import thread_local_use
+
+        if not self.single_handler or not handler_turns():
+            return
+        where = thread_local_use(self.handlers.script)
+        if where is not None:
+            self.threads_because = (f"the script keeps per-thread state (threading.local at {where}), which "
+                                    "calls taking turns on one thread would share")
+            log.info("a single handler's calls get a thread each: %s", self.threads_because)
+            return
+        self.turns = Turns()
+
     def handler_calls(self) -> str:
         """How a single handler's calls run, for the report."""
         turns = self.turns
         if turns is None:
-            return "a thread each"
+            return "a thread each" + (f": {self.threads_because}" if self.threads_because else "")
         spent = (f"{turns.calls} calls taking turns spent {turns.cpu_s:.2f} s on the CPU and "
                  f"{turns.off_cpu_s:.2f} s off it outside the model")
         if turns.blocking():

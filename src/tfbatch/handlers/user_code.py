@@ -14,6 +14,7 @@ leaves the script's names alone.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import logging
@@ -149,6 +150,56 @@ def _use_fast_json(module: ModuleType) -> None:
     for name, value in list(namespace.items()):
         if id(value) in swaps:  # the very object: both it and the module are alive
             namespace[name] = swaps[id(value)]
+
+
+# Per-thread state: ``threading.local`` (and its pure-Python twin), by module and class name.
+_THREAD_LOCALS = {"threading": "local", "_threading_local": "local", "_thread": "_local"}
+
+
+def thread_local_use(script: Path) -> str | None:
+    """Where the script's own code makes per-thread state (``threading.local``), as
+    ``file:line``; None where it does not.
+
+    Read from the source of the script and of the modules of ``code/`` it has imported
+    (``code/lib``'s vendored libraries are left out, as site-packages are): any
+    ``threading.local``, under whatever name ``threading`` was imported, or ``local`` imported
+    from it. A single handler's calls that take turns on one thread (batching/cooperative.py)
+    would share such state, where the container's gevent workers (which patch
+    ``threading.local``) or a thread per call keep it one call's own.
+    """
+    code_dir = Path(script).resolve().parent
+    lib = str(code_dir / "lib") + os.sep
+    found = []
+    for module in _modules_under(code_dir):
+        if module.__file__.startswith(lib):
+            continue
+        try:
+            tree = ast.parse(Path(module.__file__).read_bytes())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        line = _thread_local_line(tree)
+        if line is not None:
+            found.append(f"{Path(module.__file__).relative_to(code_dir).as_posix()}:{line}")
+    return min(found) if found else None
+
+
+def _thread_local_line(tree: ast.AST) -> int | None:
+    """The first line of ``tree`` that imports or names a thread-local class, or None."""
+    aliases: dict[str, str] = {}  # a name the module is bound to -> its class's name
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in _THREAD_LOCALS:
+                    aliases[alias.asname or alias.name] = _THREAD_LOCALS[alias.name]
+        elif isinstance(node, ast.ImportFrom) and node.module in _THREAD_LOCALS and not node.level:
+            if any(alias.name in (_THREAD_LOCALS[node.module], "*") for alias in node.names):
+                lines.append(node.lineno)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and aliases.get(node.value.id) == node.attr):
+            lines.append(node.lineno)
+    return min(lines) if lines else None
 
 
 def load_handlers(script: Path, *, install: bool = False) -> UserHandlers:

@@ -235,3 +235,47 @@ def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, saved
     labels = serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()
     for key, label in zip(images, labels):
         assert json.loads((out / f"{key}.out").read_bytes()) == {"label": int(label)}
+
+
+# Per-call state on a threading.local, read back after the model call: right under the
+# container's gevent workers (which make threading.local a greenlet's own) and with a thread a
+# call; calls taking turns on one thread would all see the last one's image.
+THREAD_LOCAL_HANDLER = """
+import base64, hashlib, json, threading
+import requests
+
+_call = threading.local()
+
+def handler(data, context):
+    _call.image = data.read()
+    payload = {"instances": [{"b64": base64.b64encode(_call.image).decode("utf-8")}]}
+    response = requests.post(context.rest_uri, data=json.dumps(payload))
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    label = int(response.json()["predictions"][0]["classes"])
+    return json.dumps({"label": label, "md5": hashlib.md5(_call.image).hexdigest()}), "application/json"
+"""
+
+
+def test_a_handler_keeping_per_thread_state_gets_a_thread_a_call(tmp_path, savedmodel):
+    import hashlib
+
+    archive = _archive(tmp_path, savedmodel, THREAD_LOCAL_HANDLER)
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    images = {f"{n:02d}.png": _png(n * 6) for n in range(40)}
+    for key, data in images.items():
+        (inp / key).write_bytes(data)
+    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), "--max-batch-size", "8",
+                "--content-type", "application/x-image")
+    assert proc.returncode == 0, proc.stderr
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
+    labels = serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()
+    for (key, image), label in zip(images.items(), labels):
+        assert json.loads((out / f"{key}.out").read_bytes()) == {"label": int(label),
+                                                                 "md5": hashlib.md5(image).hexdigest()}
+    calls = _report_batches(out)["handler_calls"]
+    assert calls.startswith("a thread each: the script keeps per-thread state"), calls
+    assert "inference.py:5" in calls
