@@ -228,16 +228,17 @@ class Worker:
     def take_turns(self) -> None:
         """Let a single handler's calls take turns on their hop's thread (batching/cooperative.py):
         for a pool in the process that answers their model calls. Not under a worker class
-        other than gevent's (``handler_turns``), nor for a script that keeps per-thread state,
-        which the calls on one thread would share (``user_code.thread_local_use``)."""
-        from tfbatch.handlers.user_code import thread_local_use
+        other than gevent's (``handler_turns``), nor for a script that uses thread-local state,
+        locks, events or queues, which calls on one thread would share or wait on forever
+        (``user_code.thread_primitives``)."""
+        from tfbatch.handlers.user_code import thread_primitives
 
         if not self.single_handler or not handler_turns():
             return
-        where = thread_local_use(self.handlers.script)
+        where = thread_primitives(self.handlers.script)
         if where is not None:
-            self.threads_because = (f"the script keeps per-thread state (threading.local at {where}), which "
-                                    "calls taking turns on one thread would share")
+            self.threads_because = (f"the script uses what threads share or wait on ({where}): calls taking "
+                                    "turns on one thread would share it, or wait on each other for good")
             log.info("a single handler's calls get a thread each: %s", self.threads_because)
             return
         self.turns = Turns()

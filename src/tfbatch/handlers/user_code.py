@@ -152,20 +152,36 @@ def _use_fast_json(module: ModuleType) -> None:
             namespace[name] = swaps[id(value)]
 
 
-# Per-thread state: ``threading.local`` (and its pure-Python twin), by module and class name.
-_THREAD_LOCALS = {"threading": "local", "_threading_local": "local", "_thread": "_local"}
+# What threads share or wait on, by module: per-thread state (gevent makes it a greenlet's own)
+# and what blocks until another thread acts (gevent makes that switch greenlets instead).
+# None: every name of the module.
+_THREAD_PRIMITIVES: dict[str, frozenset[str] | None] = {
+    "threading": frozenset({"local", "Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event",
+                            "Barrier"}),
+    "_thread": frozenset({"_local", "allocate_lock", "allocate", "LockType", "RLock"}),
+    "_threading_local": frozenset({"local"}),
+    "queue": None,
+    "multiprocessing": None,
+}
 
 
-def thread_local_use(script: Path) -> str | None:
-    """Where the script's own code makes per-thread state (``threading.local``), as
-    ``file:line``; None where it does not.
+def thread_primitives(script: Path) -> str | None:
+    """Where the script's own code uses what threads share or wait on, as ``module.name at
+    file:line``; None where it does not.
+
+    A single handler's calls that take turns on one thread (batching/cooperative.py) share
+    that thread's ``threading.local``, and a call that waits on a lock, event or queue that
+    a paused call of the same thread holds or would fill never wakes: the thread, and the
+    job, hang. The container's gevent workers patch these into greenlet-aware ones; a thread
+    per call does not need them to be. So where the script uses any of them, its calls get a
+    thread each.
 
     Read from the source of the script and of the modules of ``code/`` it has imported
-    (``code/lib``'s vendored libraries are left out, as site-packages are): any
-    ``threading.local``, under whatever name ``threading`` was imported, or ``local`` imported
-    from it. A single handler's calls that take turns on one thread (batching/cooperative.py)
-    would share such state, where the container's gevent workers (which patch
-    ``threading.local``) or a thread per call keep it one call's own.
+    (``code/lib``'s vendored libraries are left out, as site-packages are), whatever name
+    the module was imported under: ``threading.local``/``Lock``/``RLock``/``Condition``/
+    ``Semaphore``/``Event``/``Barrier`` (and ``_thread``'s and ``_threading_local``'s), and
+    anything from ``queue`` or ``multiprocessing``. ``threading.Thread`` and
+    ``current_thread`` are fine: a call that starts a thread and joins it only blocks.
     """
     code_dir = Path(script).resolve().parent
     lib = str(code_dir / "lib") + os.sep
@@ -177,29 +193,43 @@ def thread_local_use(script: Path) -> str | None:
             tree = ast.parse(Path(module.__file__).read_bytes())
         except (OSError, SyntaxError, ValueError):
             continue
-        line = _thread_local_line(tree)
-        if line is not None:
-            found.append(f"{Path(module.__file__).relative_to(code_dir).as_posix()}:{line}")
-    return min(found) if found else None
+        use = _thread_primitive(tree)
+        if use is not None:
+            line, name = use
+            found.append((Path(module.__file__).relative_to(code_dir).as_posix(), line, name))
+    if not found:
+        return None
+    file, line, name = min(found)
+    return f"{name} at {file}:{line}"
 
 
-def _thread_local_line(tree: ast.AST) -> int | None:
-    """The first line of ``tree`` that imports or names a thread-local class, or None."""
-    aliases: dict[str, str] = {}  # a name the module is bound to -> its class's name
-    lines = []
+def _primitive(module: str, name: str) -> bool:
+    names = _THREAD_PRIMITIVES[module]
+    return names is None or name in names or name == "*"
+
+
+def _thread_primitive(tree: ast.AST) -> tuple[int, str] | None:
+    """(line, ``module.name``) of the first use in ``tree`` of a thread primitive, or None."""
+    aliases: dict[str, str] = {}  # a name a module of _THREAD_PRIMITIVES is bound to -> the module
+    uses = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name in _THREAD_LOCALS:
-                    aliases[alias.asname or alias.name] = _THREAD_LOCALS[alias.name]
-        elif isinstance(node, ast.ImportFrom) and node.module in _THREAD_LOCALS and not node.level:
-            if any(alias.name in (_THREAD_LOCALS[node.module], "*") for alias in node.names):
-                lines.append(node.lineno)
+                top = alias.name.partition(".")[0]
+                if top in _THREAD_PRIMITIVES:
+                    if _THREAD_PRIMITIVES[top] is None:  # the module itself is the primitive
+                        uses.append((node.lineno, alias.name))
+                    aliases[alias.asname or top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            top = node.module.partition(".")[0]
+            if top in _THREAD_PRIMITIVES:
+                uses.extend((node.lineno, f"{node.module}.{alias.name}") for alias in node.names
+                            if top != node.module or _primitive(top, alias.name))
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and aliases.get(node.value.id) == node.attr):
-            lines.append(node.lineno)
-    return min(lines) if lines else None
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and _primitive(aliases[node.value.id], node.attr)):
+            uses.append((node.lineno, f"{aliases[node.value.id]}.{node.attr}"))
+    return min(uses) if uses else None
 
 
 def load_handlers(script: Path, *, install: bool = False) -> UserHandlers:
