@@ -18,10 +18,12 @@ the same way: its default gunicorn workers are gevent's, greenlets on one thread
 
 A call that blocks elsewhere (on a socket to another service, ``time.sleep``) would hold up
 every other call of the hop's thread. The loop therefore times each turn of a call on the
-wall clock and on the thread's CPU clock; once the calls have spent far more time off the CPU
-outside :func:`wait` than on it, or once one turn has lasted over ``STUCK_S`` (a call waiting
-on another call of its own thread, which cannot run meanwhile), the caller stops taking turns
-and goes back to a thread per call (``Turns.blocking``, ``handlers/pool_worker.py``).
+wall clock, the thread's CPU clock and the process's. The caller stops taking turns and goes
+back to a thread per call (``Turns.blocking``, ``handlers/pool_worker.py``) in two cases:
+once the calls have spent far more time off the CPU outside :func:`wait` than on it, counting
+only the time no other thread of the process ran either (while a turn waits for the GIL,
+another thread runs); or once one turn has lasted over ``STUCK_S`` (a call waiting on another
+call of its own thread, which cannot run meanwhile).
 
 Imports no TensorFlow; ``greenlet`` is imported on first use.
 """
@@ -36,11 +38,14 @@ from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from typing import Any
 
-# Turns go back to threads once time off the CPU inside the calls (outside ``wait``) passes
-# both: a call blocking on something other than the model. A turn that lost the GIL to
-# another thread for a while is off the CPU too, so the ratio leaves room for that: on the
-# 2-core VM the in-process handler jobs measured ~0.2-1.6 times as much time off the CPU as on
-# it, and a handler sleeping 10 ms a call ~100 times.
+# Turns go back to threads once time off the CPU inside the calls (outside ``wait``), while
+# the rest of the process was idle as well, passes both: a call blocking on something other
+# than the model. A turn that waits for the GIL (or a core) is off the CPU too, but then
+# another thread of the process runs meanwhile, and that time is not counted: on the 2-core
+# VM a 20,000-JPEG job's first hop spent 0.22 s off the CPU against 0.02 s on it while the
+# process warmed up, and counted as blocked, its calls went to threads for the rest of the
+# job. The ratio leaves room for what is left of such waits; a handler sleeping 10 ms a call
+# is ~100 times.
 BLOCKING_RATIO = 8.0
 BLOCKING_MIN_S = 0.1
 # ... or once one turn has lasted this long: a call may wait on another call (a lock held
@@ -52,49 +57,97 @@ _local = threading.local()
 
 
 class Turns:
-    """Time the calls of :func:`run_all` spent in their turns, summed over every hop so far
+    """Time the calls of :func:`run_all` spent outside the model, summed over every hop so far
     (the hops of one job run on several threads at once), and whether turns should stop.
 
-    ``clock`` and ``cpu_clock`` are where turns are timed (``time.perf_counter`` and this
-    thread's ``time.thread_time``); a test can pass clocks it moves itself.
+    ``clock`` (``time.perf_counter``, ~45 ns) times each turn, for ``STUCK_S``. The CPU
+    clocks, this thread's ``time.thread_time`` and the process's ``time.process_time``, are
+    read at a hop's start and end, and in between only once its time outside the model could
+    already count as blocked: read per turn, they held the GIL for 6-9 % of a 20,000-JPEG
+    job's samples (each is a system call, the process's a sum over its threads). A hop's time
+    outside the model is its wall time less its waits for the model; what of that its thread
+    did not spend on the CPU is off it. A test can pass clocks it moves itself.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
-                 cpu_clock: Callable[[], float] = time.thread_time):
-        self.clock, self.cpu_clock = clock, cpu_clock
-        self.cpu_s = 0.0
-        self.wall_s = 0.0
+                 cpu_clock: Callable[[], float] = time.thread_time,
+                 process_clock: Callable[[], float] = time.process_time):
+        self.clock, self.cpu_clock, self.process_clock = clock, cpu_clock, process_clock
+        # Over the hops that have ended:
+        self.cpu_s = 0.0  # their threads' CPU
+        self.wall_s = 0.0  # their time outside the model
+        self.idle_s = 0.0  # time off the CPU while no other thread of the process ran either
         self.calls = 0
         self._stopped = False
         self._open: dict[int, float] = {}  # thread id -> when its turn under way began
         self._lock = threading.Lock()
 
-    def begin(self) -> tuple[float, float]:
-        began = self.clock(), self.cpu_clock()
-        self._open[threading.get_ident()] = began[0]
-        return began
+    def begin(self) -> None:
+        self._open[threading.get_ident()] = self.clock()
 
-    def end(self, began: tuple[float, float], finished: bool) -> None:
-        wall, cpu = self.clock() - began[0], self.cpu_clock() - began[1]
+    def end(self, finished: bool) -> None:
         self._open.pop(threading.get_ident(), None)
-        with self._lock:
-            self.wall_s += wall
-            self.cpu_s += cpu
-            self.calls += finished
+        if finished:
+            with self._lock:
+                self.calls += 1
 
     @property
     def off_cpu_s(self) -> float:
         return max(0.0, self.wall_s - self.cpu_s)
 
-    def blocking(self) -> bool:
-        """True once the calls have been seen to block on something other than the model:
-        from then on, for good."""
+    def hop(self) -> _Hop:
+        return _Hop(self)
+
+    def hop_ended(self, hop: _Hop) -> None:
+        wall, cpu, idle = hop.measure()
+        with self._lock:
+            self.wall_s += wall
+            self.cpu_s += cpu
+            self.idle_s += idle
+
+    def blocking(self, hop: _Hop | None = None) -> bool:
+        """True once the calls have been seen to block on something other than the model
+        (``hop``: the caller's hop under way, whose time counts too): from then on, for good."""
         if not self._stopped:
-            off = self.off_cpu_s
             now = self.clock()
             stuck = any(now - began > STUCK_S for began in list(self._open.values()))
-            self._stopped = stuck or (off > BLOCKING_MIN_S and off > BLOCKING_RATIO * self.cpu_s)
+            self._stopped = stuck or self._blocked(hop)
         return self._stopped
+
+    def _blocked(self, hop: _Hop | None) -> bool:
+        off, idle, cpu = self.off_cpu_s, self.idle_s, self.cpu_s
+        if hop is not None:
+            # The hop's wall time outside the model bounds its time off the CPU: below the
+            # line, no clock but the wall clock is read.
+            if not self._beyond(off + hop.outside_s(), cpu):
+                return False
+            wall, hop_cpu, hop_idle = hop.measure()
+            off, idle, cpu = off + max(0.0, wall - hop_cpu), idle + hop_idle, cpu + hop_cpu
+        return self._beyond(off, cpu) and self._beyond(idle, cpu)
+
+    @staticmethod
+    def _beyond(off: float, cpu: float) -> bool:
+        return off > BLOCKING_MIN_S and off > BLOCKING_RATIO * cpu
+
+
+class _Hop:
+    """One :func:`run_all`: its time outside the model, its thread's CPU, and what the rest of
+    the process ran since it began (its CPU less this thread's), which the hop's time off the
+    CPU is charged against (a turn waiting for the GIL waits while another thread runs)."""
+
+    def __init__(self, turns: Turns):
+        self.turns = turns
+        self.waited_s = 0.0  # in the loop's waits for the model
+        self.wall0, self.cpu0, self.process0 = turns.clock(), turns.cpu_clock(), turns.process_clock()
+
+    def outside_s(self) -> float:
+        return self.turns.clock() - self.wall0 - self.waited_s
+
+    def measure(self) -> tuple[float, float, float]:
+        """(time outside the model, this thread's CPU, time off the CPU with the process idle) so far."""
+        wall, cpu, process = self.outside_s(), self.turns.cpu_clock() - self.cpu0, self.turns.process_clock()
+        others = max(0.0, process - self.process0 - cpu)
+        return wall, cpu, max(0.0, wall - cpu - others)
 
 
 class _Loop:
@@ -135,6 +188,7 @@ def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: T
     waiting: dict[Future, list[tuple[Any, int]]] = {}
     started = 0
     stop = False
+    hop = turns.hop()
     try:
         while True:
             if not ready and not stop and started < len(items) and len(loop.tasks) < limit:
@@ -145,25 +199,28 @@ def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: T
             if not ready:
                 if not waiting:
                     break
+                waited = turns.clock()
                 done, _ = wait_any(list(waiting), return_when=FIRST_COMPLETED)
+                hop.waited_s += turns.clock() - waited
                 for future in done:
                     ready.extend(waiting.pop(future))
                 continue
             task, index = ready.popleft()
-            began = turns.begin()
+            turns.begin()
             try:
                 out = task.switch(items[index]) if not task else task.switch()
             finally:
                 finished = task.dead
-                turns.end(began, finished)
+                turns.end(finished)
             if finished:
                 results[index] = out
                 loop.tasks.discard(task)
-                stop = stop or turns.blocking()
+                stop = stop or turns.blocking(hop)
             else:
                 waiting.setdefault(out, []).append((task, index))
     finally:
         _local.loop = None
+        turns.hop_ended(hop)
         for task in loop.tasks:
             task.throw()  # GreenletExit: a call dropped with its hop ends here, not later
     return results[:started] if stop else results

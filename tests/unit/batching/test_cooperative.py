@@ -18,17 +18,20 @@ from tfbatch.batching.cooperative import STUCK_S, Turns, run_all
 
 
 class FakeClocks:
-    """A wall clock and a CPU clock the calls move by hand."""
+    """A wall clock, a thread's CPU clock and the process's CPU clock the calls move by hand."""
 
     def __init__(self):
         self.wall = 0.0
         self.cpu = 0.0
+        self.process = 0.0
 
     def turns(self) -> Turns:
-        return Turns(clock=lambda: self.wall, cpu_clock=lambda: self.cpu)
+        return Turns(clock=lambda: self.wall, cpu_clock=lambda: self.cpu, process_clock=lambda: self.process)
 
-    def spend(self, cpu: float, blocked: float = 0.0) -> None:
+    def spend(self, cpu: float, blocked: float = 0.0, others: float = 0.0) -> None:
+        """A turn: ``cpu`` on the CPU, ``blocked`` off it, while other threads ran ``others``."""
         self.cpu += cpu
+        self.process += cpu + others
         self.wall += cpu + blocked
 
 
@@ -152,7 +155,7 @@ def test_calls_blocked_outside_the_model_stop_the_turns_and_the_rest_is_left_to_
     # 4 calls: 0.12 s off the CPU, more than 0.1 s and 8 times the 4 ms on it
     assert done == [0, 1, 2, 3]
     assert turns.blocking() and turns.calls == 4
-    assert turns.off_cpu_s == pytest.approx(0.12)
+    assert turns.off_cpu_s == pytest.approx(0.12) and turns.idle_s == pytest.approx(0.12)
     # for good: a later hop is told so before it starts
     assert run_all(call, [5, 6], limit=4, turns=turns) == [5]
     assert turns.blocking()
@@ -169,6 +172,75 @@ def test_calls_that_lose_the_cpu_now_and_then_keep_their_turns():
     assert run_all(call, list(range(200)), limit=8, turns=turns) == list(range(200))
     assert not turns.blocking()
     assert turns.cpu_s == pytest.approx(0.2) and turns.off_cpu_s == pytest.approx(0.4)
+
+
+def test_calls_waiting_while_other_threads_of_the_process_run_keep_their_turns():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+
+    def call(item):
+        # 30 ms off the CPU a turn, as long as the blocked calls above, but another thread of
+        # the process ran all that time: the GIL (a model warming up, a busy start-up)
+        clocks.spend(cpu=0.001, blocked=0.03, others=0.03)
+        return item
+
+    assert run_all(call, list(range(64)), limit=8, turns=turns) == list(range(64))
+    assert not turns.blocking()
+    assert turns.off_cpu_s == pytest.approx(64 * 0.03) and turns.idle_s == pytest.approx(0)
+
+
+def test_only_the_time_no_other_thread_ran_counts_as_blocked():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+
+    def call(item):
+        clocks.spend(cpu=0.001, blocked=0.03, others=0.01)  # 20 ms of each wait unexplained
+        return item
+
+    done = run_all(call, list(range(20)), limit=4, turns=turns)
+    # 6 calls: 0.12 s idle, more than 0.1 s and 8 times the 6 ms on the CPU
+    assert done == list(range(6)) and turns.blocking()
+    assert turns.idle_s == pytest.approx(0.12)
+
+
+class _WhenAwaited(list):
+    """A future's waiter list that calls ``on_wait`` once something waits on the future:
+    ``concurrent.futures.wait`` installs its waiter there, under the future's lock."""
+
+    def __init__(self, on_wait):
+        super().__init__()
+        self.on_wait = on_wait
+
+    def append(self, waiter):
+        super().append(waiter)
+        self.on_wait()
+
+
+def test_time_waiting_for_the_model_is_not_time_off_the_cpu():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+    batch: list[tuple[Future, int]] = []
+
+    def answer():  # the model: 0.5 s of wall time a batch, answered once the loop waits for it
+        clocks.wall += 0.5
+        done, batch[:] = list(batch), []
+        threading.Thread(target=lambda: [f.set_result(v * 10) for f, v in done]).start()
+
+    def ask(value: int) -> Future:
+        future: Future = Future()
+        if not batch:
+            future._waiters = _WhenAwaited(answer)  # the first of a batch: the loop waits on it
+        batch.append((future, value))
+        return future
+
+    def call(item):
+        clocks.spend(cpu=0.001)
+        return cooperative.wait(ask(item))
+
+    assert run_all(call, list(range(16)), limit=4, turns=turns) == [n * 10 for n in range(16)]
+    assert not turns.blocking()
+    assert turns.off_cpu_s == pytest.approx(0) and turns.idle_s == pytest.approx(0)
+    assert clocks.wall == pytest.approx(16 * 0.001 + 4 * 0.5)
 
 
 def test_a_turn_under_way_for_long_stops_the_turns_of_other_threads():
