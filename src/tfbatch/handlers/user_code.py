@@ -162,6 +162,10 @@ _THREAD_PRIMITIVES: dict[str, frozenset[str] | None] = {
     "_threading_local": frozenset({"local"}),
     "queue": None,
     "multiprocessing": None,
+    # A script that drives greenlets itself (its own hub, its own locks) expects gevent's
+    # patched world; on greenlets of tfbatch's it could switch away for good.
+    "gevent": None,
+    "eventlet": None,
 }
 
 
@@ -180,7 +184,7 @@ def thread_primitives(script: Path) -> str | None:
     (``code/lib``'s vendored libraries are left out, as site-packages are), whatever name
     the module was imported under: ``threading.local``/``Lock``/``RLock``/``Condition``/
     ``Semaphore``/``Event``/``Barrier`` (and ``_thread``'s and ``_threading_local``'s), and
-    anything from ``queue`` or ``multiprocessing``. ``threading.Thread`` and
+    anything from ``queue``, ``multiprocessing``, ``gevent`` or ``eventlet``. ``threading.Thread`` and
     ``current_thread`` are fine: a call that starts a thread and joins it only blocks.
     """
     code_dir = Path(script).resolve().parent

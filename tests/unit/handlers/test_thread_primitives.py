@@ -35,6 +35,8 @@ def _use(source: str) -> tuple[int, str] | None:
     ("from queue import LifoQueue\n", (1, "queue.LifoQueue")),
     ("import multiprocessing as mp\n", (1, "multiprocessing")),
     ("from multiprocessing.pool import ThreadPool\n", (1, "multiprocessing.pool.ThreadPool")),
+    ("from gevent.lock import Semaphore\n", (1, "gevent.lock.Semaphore")),
+    ("import eventlet\n", (1, "eventlet")),
     # made lazily, inside the handler
     ("def handler(data, context):\n    import threading\n    return threading.local()\n", (3, "threading.local")),
 ])
