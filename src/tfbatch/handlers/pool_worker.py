@@ -188,9 +188,11 @@ class Worker:
                     done = run_all(self._guarded_input, items, concurrency, self.turns)
                     if len(done) == len(items):
                         return done
-                    log.info("the handler blocks on something other than the model (%.2f s off the CPU with the "
-                             "process idle in %d calls, %.2f s on it): its calls go to threads from here on",
-                             self.turns.idle_s, self.turns.calls, self.turns.cpu_s)
+                    log.info("the handler's calls taking turns %s (%d calls, %d paused for the model; %.2f s off "
+                             "the CPU with the process idle, %.2f s on it): its calls go to threads from here on",
+                             {"no pauses": "do not pause for the model", "stuck": "had a call stuck"}.get(
+                                 self.turns.why, "block on something other than the model"),
+                             self.turns.calls, self.turns.paused_calls, self.turns.idle_s, self.turns.cpu_s)
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
                 return done + list(self._threads.map(self._timed_input, items[len(done):]))
@@ -248,11 +250,13 @@ class Worker:
         turns = self.turns
         if turns is None:
             return "a thread each" + (f": {self.threads_because}" if self.threads_because else "")
-        spent = (f"{turns.calls} calls taking turns spent {turns.cpu_s:.2f} s on the CPU and "
-                 f"{turns.off_cpu_s:.2f} s off it outside the model, {turns.idle_s:.2f} s of that with the "
-                 "rest of the process idle")
+        spent = (f"{turns.calls} calls taking turns, {turns.paused_calls} of them paused for the model, spent "
+                 f"{turns.cpu_s:.2f} s on the CPU and {turns.off_cpu_s:.2f} s off it outside the model, "
+                 f"{turns.idle_s:.2f} s of that with the rest of the process idle")
         if turns.blocking():
-            return f"a thread each, after taking turns on the hop's thread blocked ({spent})"
+            why = {"no pauses": "did not pause for the model",
+                   "stuck": "had a call stuck"}.get(turns.why, "blocked")
+            return f"a thread each, after taking turns on the hop's thread {why} ({spent})"
         return f"taking turns on the hop's thread, each pausing for the model ({spent})"
 
     def _timed_input(self, item: tuple) -> tuple:

@@ -199,6 +199,21 @@ assert JSON_HANDLER != HANDLER
 BLOCKING_HANDLER = HANDLER.replace("def handler(data, context):\n",
                                    "def handler(data, context):\n    __import__('time').sleep(0.03)\n")
 
+# HANDLER through urllib, which reaches the job's loopback endpoint over a socket: the model
+# call runs on the endpoint's thread, so a call here never pauses for it.
+URLLIB_HANDLER = """
+import base64, json
+import urllib.request
+
+def handler(data, context):
+    payload = {"instances": [{"b64": base64.b64encode(data.read()).decode("utf-8")}]}
+    request = urllib.request.Request(context.rest_uri, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        prediction = json.loads(response.read())["predictions"][0]
+    return json.dumps({"label": int(prediction["classes"])}), "application/json"
+"""
+
 
 def _report_batches(out):
     (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
@@ -212,7 +227,9 @@ def _report_batches(out):
     # blocked outside the model: the turns stop and later calls get a thread each
     (BLOCKING_HANDLER, None, "a thread each, after taking turns on the hop's thread blocked"),
     (HANDLER, "gthread", "a thread each"),
-], ids=["rest", "rest-json-session", "grpc-gevent", "blocking", "gthread"])
+    # calls that never pause for the model: turns would only queue them on one thread
+    (URLLIB_HANDLER, None, "a thread each, after taking turns on the hop's thread did not pause for the model"),
+], ids=["rest", "rest-json-session", "grpc-gevent", "blocking", "gthread", "urllib-not-pausing"])
 def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, savedmodel, script, worker_class, calls):
     # In the job's process, a hop's handler calls take turns on its thread, pausing where they
     # wait for the model (batching/cooperative.py), as under the container's gevent workers.

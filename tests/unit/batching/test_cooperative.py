@@ -165,12 +165,14 @@ def test_calls_that_lose_the_cpu_now_and_then_keep_their_turns():
     clocks = FakeClocks()
     turns = clocks.turns()
 
+    model = Answerer(count=8)
+
     def call(item):
         clocks.spend(cpu=0.001, blocked=0.002)  # the GIL taken by other threads for a while
-        return item
+        return cooperative.wait(model.ask(item))
 
-    assert run_all(call, list(range(200)), limit=8, turns=turns) == list(range(200))
-    assert not turns.blocking()
+    assert run_all(call, list(range(200)), limit=8, turns=turns) == [n * 10 for n in range(200)]
+    assert not turns.blocking() and 2 * turns.paused_calls > turns.calls == 200  # the last of a batch may find it answered
     assert turns.cpu_s == pytest.approx(0.2) and turns.off_cpu_s == pytest.approx(0.4)
 
 
@@ -178,13 +180,15 @@ def test_calls_waiting_while_other_threads_of_the_process_run_keep_their_turns()
     clocks = FakeClocks()
     turns = clocks.turns()
 
+    model = Answerer(count=8)
+
     def call(item):
         # 30 ms off the CPU a turn, as long as the blocked calls above, but another thread of
         # the process ran all that time: the GIL (a model warming up, a busy start-up)
         clocks.spend(cpu=0.001, blocked=0.03, others=0.03)
-        return item
+        return cooperative.wait(model.ask(item))
 
-    assert run_all(call, list(range(64)), limit=8, turns=turns) == list(range(64))
+    assert run_all(call, list(range(64)), limit=8, turns=turns) == [n * 10 for n in range(64)]
     assert not turns.blocking()
     assert turns.off_cpu_s == pytest.approx(64 * 0.03) and turns.idle_s == pytest.approx(0)
 
@@ -241,6 +245,23 @@ def test_time_waiting_for_the_model_is_not_time_off_the_cpu():
     assert not turns.blocking()
     assert turns.off_cpu_s == pytest.approx(0) and turns.idle_s == pytest.approx(0)
     assert clocks.wall == pytest.approx(16 * 0.001 + 4 * 0.5)
+
+
+def test_calls_that_never_pause_for_the_model_go_back_to_threads():
+    # e.g. urllib to the job's own endpoint: another thread runs the model call, and each
+    # call here only waits for its answer in turn
+    from tfbatch.batching.cooperative import PAUSE_CHECK_CALLS
+
+    clocks = FakeClocks()
+    turns = clocks.turns()
+
+    def call(item):
+        clocks.spend(cpu=0.001, blocked=0.003, others=0.003)
+        return item
+
+    done = run_all(call, list(range(100)), limit=8, turns=turns)
+    assert done == list(range(PAUSE_CHECK_CALLS))
+    assert turns.blocking() and turns.why == "no pauses" and turns.paused_calls == 0
 
 
 def test_a_turn_under_way_for_long_stops_the_turns_of_other_threads():
