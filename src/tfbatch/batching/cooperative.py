@@ -19,11 +19,12 @@ the same way: its default gunicorn workers are gevent's, greenlets on one thread
 A call that blocks elsewhere (on a socket to another service, ``time.sleep``) would hold up
 every other call of the hop's thread. The loop therefore times each turn of a call on the
 wall clock, the thread's CPU clock and the process's. The caller stops taking turns and goes
-back to a thread per call (``Turns.blocking``, ``handlers/pool_worker.py``) in two cases:
+back to a thread per call (``Turns.blocking``, ``handlers/pool_worker.py``) in three cases:
 once the calls have spent far more time off the CPU outside :func:`wait` than on it, counting
 only the time no other thread of the process ran either (while a turn waits for the GIL,
-another thread runs); or once one turn has lasted over ``STUCK_S`` (a call waiting on another
-call of its own thread, which cannot run meanwhile).
+another thread runs); once most calls finish without ever pausing in :func:`wait` (they reach
+the model some other way, so turns cannot overlap them); or once one turn has lasted over
+``STUCK_S`` (a call waiting on another call of its own thread, which cannot run meanwhile).
 
 Imports no TensorFlow; ``greenlet`` is imported on first use.
 """
