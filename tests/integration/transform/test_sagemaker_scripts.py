@@ -233,25 +233,35 @@ def _report_batches(out):
 def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, savedmodel, script, worker_class, calls):
     # In the job's process, a hop's handler calls take turns on its thread, pausing where they
     # wait for the model (batching/cooperative.py), as under the container's gevent workers.
+    env = ["--env", f"SAGEMAKER_GUNICORN_WORKER_CLASS={worker_class}"] if worker_class else []
+    images, out = _forty_images_through(tmp_path, savedmodel, script, *env)
+    stats = _report_batches(out)
+    assert stats["hooks"].startswith("in-process")
+    assert stats["handler_calls"].startswith(calls), stats["handler_calls"]
+    for key, label in zip(images, _labels(savedmodel, images)):
+        assert json.loads((out / f"{key}.out").read_bytes()) == {"label": label}
+
+
+def _forty_images_through(tmp_path, savedmodel, script: str, *flags: str):
+    """({key: PNG}, output folder) of a job over 40 PNGs with ``script``, in hops of 8."""
     archive = _archive(tmp_path, savedmodel, script)
     inp, out = tmp_path / "in", tmp_path / "out"
     inp.mkdir()
     images = {f"{n:02d}.png": _png(n * 6) for n in range(40)}
     for key, data in images.items():
         (inp / key).write_bytes(data)
-    env = ["--env", f"SAGEMAKER_GUNICORN_WORKER_CLASS={worker_class}"] if worker_class else []
     proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), "--max-batch-size", "8",
-                "--content-type", "application/x-image", *env)
+                "--content-type", "application/x-image", *flags)
     assert proc.returncode == 0, proc.stderr
-    stats = _report_batches(out)
-    assert stats["hooks"].startswith("in-process")
-    assert stats["handler_calls"].startswith(calls), stats["handler_calls"]
+    return images, out
+
+
+def _labels(savedmodel, images: dict[str, bytes]) -> list[int]:
+    """The model's own class for each image, run here directly."""
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
-    labels = serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()
-    for key, label in zip(images, labels):
-        assert json.loads((out / f"{key}.out").read_bytes()) == {"label": int(label)}
+    return [int(label) for label in serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()]
 
 
 # Per-call state on a threading.local, read back after the model call: right under the
@@ -286,21 +296,9 @@ assert LOCKED_HANDLER.count("_one") == 2
 def test_a_handler_using_thread_primitives_gets_a_thread_a_call(tmp_path, savedmodel, script, where):
     import hashlib
 
-    archive = _archive(tmp_path, savedmodel, script)
-    inp, out = tmp_path / "in", tmp_path / "out"
-    inp.mkdir()
-    images = {f"{n:02d}.png": _png(n * 6) for n in range(40)}
-    for key, data in images.items():
-        (inp / key).write_bytes(data)
-    proc = _run("--model", str(archive), "--input", str(inp), "--output", str(out), "--max-batch-size", "8",
-                "--content-type", "application/x-image")
-    assert proc.returncode == 0, proc.stderr
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(str(savedmodel)).signatures["serving_default"]
-    labels = serve(image_bytes=tf.constant(list(images.values())))["classes"].numpy()
-    for (key, image), label in zip(images.items(), labels):
-        expected = {"label": int(label)}
+    images, out = _forty_images_through(tmp_path, savedmodel, script)
+    for (key, image), label in zip(images.items(), _labels(savedmodel, images)):
+        expected = {"label": label}
         if script is THREAD_LOCAL_HANDLER:
             expected["md5"] = hashlib.md5(image).hexdigest()
         assert json.loads((out / f"{key}.out").read_bytes()) == expected
