@@ -187,20 +187,22 @@ def thread_primitives(script: Path) -> str | None:
     anything from ``queue``, ``multiprocessing``, ``gevent`` or ``eventlet``. ``threading.Thread`` and
     ``current_thread`` are fine: a call that starts a thread and joins it only blocks.
     """
-    code_dir = Path(script).resolve().parent
+    script = Path(script).resolve()
+    code_dir = script.parent
     lib = str(code_dir / "lib") + os.sep
+    # The script itself whatever sys.modules holds: "inference" is the last script imported in
+    # this process (a notebook's second job), and load_module reuses the first one's module.
+    files = {str(script)} | {m.__file__ for m in _modules_under(code_dir) if not m.__file__.startswith(lib)}
     found = []
-    for module in _modules_under(code_dir):
-        if module.__file__.startswith(lib):
-            continue
+    for file in files:
         try:
-            tree = ast.parse(Path(module.__file__).read_bytes())
+            tree = ast.parse(Path(file).read_bytes())
         except (OSError, SyntaxError, ValueError):
             continue
         use = _thread_primitive(tree)
         if use is not None:
             line, name = use
-            found.append((Path(module.__file__).relative_to(code_dir).as_posix(), line, name))
+            found.append((Path(file).relative_to(code_dir).as_posix(), line, name))
     if not found:
         return None
     file, line, name = min(found)

@@ -82,3 +82,12 @@ def test_a_module_that_does_not_parse_is_skipped(tmp_path, monkeypatch):
     code = tmp_path / "code"
     _modules(monkeypatch, code, {"inference.py": "def handler(:\n", "other.py": "x = 1\n"})
     assert thread_primitives(code / "inference.py") is None
+
+
+def test_the_script_is_read_even_where_sys_modules_holds_another_scripts_module(tmp_path):
+    # "inference" in sys.modules is the last script imported in the process; a job that runs
+    # an earlier one again reuses its module (user_code.load_module)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "inference.py").write_text("import threading\n\n_call = threading.local()\n")
+    assert thread_primitives(code / "inference.py") == "threading.local at inference.py:3"
