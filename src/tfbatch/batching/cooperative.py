@@ -63,6 +63,17 @@ PAUSE_CHECK_CALLS = 32
 _local = threading.local()
 
 
+def run_queue_wait() -> float:
+    """Seconds this thread has been runnable but waiting for a core (Linux's
+    ``/proc/thread-self/schedstat``), or 0.0 where that is not known. Time off the CPU spent so
+    is other processes' load, not a call blocking (~5 us a read)."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class Turns:
     """Time the calls of :func:`run_all` spent outside the model, summed over every hop so far
     (the hops of one job run on several threads at once), and whether turns should stop.
@@ -78,12 +89,16 @@ class Turns:
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
                  cpu_clock: Callable[[], float] = time.thread_time,
-                 process_clock: Callable[[], float] = time.process_time):
+                 process_clock: Callable[[], float] = time.process_time,
+                 queue_clock: Callable[[], float] = run_queue_wait):
         self.clock, self.cpu_clock, self.process_clock = clock, cpu_clock, process_clock
+        self.queue_clock = queue_clock
         # Over the hops that have ended:
         self.cpu_s = 0.0  # their threads' CPU
         self.wall_s = 0.0  # their time outside the model
-        self.idle_s = 0.0  # time off the CPU while no other thread of the process ran either
+        # Time off the CPU while no other thread of the process ran either, and not spent
+        # waiting for a core (other processes' load: a loaded machine, the job's other processes).
+        self.idle_s = 0.0
         self.calls = 0
         self.paused_calls = 0  # finished calls that paused for the model at least once
         self.why: str | None = None  # why the turns stopped: "blocked", "stuck", "no pauses"
@@ -155,15 +170,19 @@ class _Hop:
         self.turns = turns
         self.waited_s = 0.0  # in the loop's waits for the model
         self.wall0, self.cpu0, self.process0 = turns.clock(), turns.cpu_clock(), turns.process_clock()
+        self.queued0 = turns.queue_clock()
 
     def outside_s(self) -> float:
         return self.turns.clock() - self.wall0 - self.waited_s
 
     def measure(self) -> tuple[float, float, float]:
-        """(time outside the model, this thread's CPU, time off the CPU with the process idle) so far."""
-        wall, cpu, process = self.outside_s(), self.turns.cpu_clock() - self.cpu0, self.turns.process_clock()
+        """(time outside the model, this thread's CPU, time off the CPU with the process idle
+        and not waiting for a core) so far."""
+        turns = self.turns
+        wall, cpu, process = self.outside_s(), turns.cpu_clock() - self.cpu0, turns.process_clock()
         others = max(0.0, process - self.process0 - cpu)
-        return wall, cpu, max(0.0, wall - cpu - others)
+        queued = max(0.0, turns.queue_clock() - self.queued0)
+        return wall, cpu, max(0.0, wall - cpu - others - queued)
 
 
 class _Loop:

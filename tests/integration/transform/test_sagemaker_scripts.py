@@ -227,8 +227,9 @@ def _report_batches(out):
     # blocked outside the model: the turns stop and later calls get a thread each
     (BLOCKING_HANDLER, None, "a thread each, after taking turns on the hop's thread blocked"),
     (HANDLER, "gthread", "a thread each"),
-    # calls that never pause for the model: turns would only queue them on one thread
-    (URLLIB_HANDLER, None, "a thread each, after taking turns on the hop's thread did not pause for the model"),
+    # calls that never pause for the model: turns would only queue them on one thread. On a
+    # loaded machine the waits can count as blocked before 32 calls have shown no pause.
+    (URLLIB_HANDLER, None, "a thread each, after taking turns on the hop's thread"),
 ], ids=["rest", "rest-json-session", "grpc-gevent", "blocking", "gthread", "urllib-not-pausing"])
 def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, savedmodel, script, worker_class, calls):
     # In the job's process, a hop's handler calls take turns on its thread, pausing where they
@@ -238,6 +239,8 @@ def test_a_single_handlers_calls_take_turns_on_their_hops_thread(tmp_path, saved
     stats = _report_batches(out)
     assert stats["hooks"].startswith("in-process")
     assert stats["handler_calls"].startswith(calls), stats["handler_calls"]
+    if script is URLLIB_HANDLER:
+        assert ", 0 of them paused for the model" in stats["handler_calls"], stats["handler_calls"]
     for key, label in zip(images, _labels(savedmodel, images)):
         assert json.loads((out / f"{key}.out").read_bytes()) == {"label": label}
 

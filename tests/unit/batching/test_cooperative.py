@@ -24,15 +24,19 @@ class FakeClocks:
         self.wall = 0.0
         self.cpu = 0.0
         self.process = 0.0
+        self.queued = 0.0
 
     def turns(self) -> Turns:
-        return Turns(clock=lambda: self.wall, cpu_clock=lambda: self.cpu, process_clock=lambda: self.process)
+        return Turns(clock=lambda: self.wall, cpu_clock=lambda: self.cpu, process_clock=lambda: self.process,
+                     queue_clock=lambda: self.queued)
 
-    def spend(self, cpu: float, blocked: float = 0.0, others: float = 0.0) -> None:
-        """A turn: ``cpu`` on the CPU, ``blocked`` off it, while other threads ran ``others``."""
+    def spend(self, cpu: float, blocked: float = 0.0, others: float = 0.0, queued: float = 0.0) -> None:
+        """A turn: ``cpu`` on the CPU, ``blocked`` off it, while other threads ran ``others``,
+        ``queued`` of it waiting for a core."""
         self.cpu += cpu
         self.process += cpu + others
         self.wall += cpu + blocked
+        self.queued += queued
 
 
 class Answerer:
@@ -191,6 +195,29 @@ def test_calls_waiting_while_other_threads_of_the_process_run_keep_their_turns()
     assert run_all(call, list(range(64)), limit=8, turns=turns) == [n * 10 for n in range(64)]
     assert not turns.blocking()
     assert turns.off_cpu_s == pytest.approx(64 * 0.03) and turns.idle_s == pytest.approx(0)
+
+
+def test_calls_waiting_for_a_core_keep_their_turns():
+    clocks = FakeClocks()
+    turns = clocks.turns()
+    model = Answerer(count=8)
+
+    def call(item):
+        # 30 ms off the CPU a turn, none of it another thread's: a loaded machine's other
+        # processes held the cores (the thread was runnable all along)
+        clocks.spend(cpu=0.001, blocked=0.03, queued=0.03)
+        return cooperative.wait(model.ask(item))
+
+    assert run_all(call, list(range(64)), limit=8, turns=turns) == [n * 10 for n in range(64)]
+    assert not turns.blocking() and turns.idle_s == pytest.approx(0)
+
+
+def test_the_run_queue_wait_of_this_thread_is_read_where_linux_tells_it():
+    from tfbatch.batching.cooperative import run_queue_wait
+
+    first = run_queue_wait()
+    sum(range(100_000))
+    assert 0.0 <= first <= run_queue_wait()
 
 
 def test_only_the_time_no_other_thread_ran_counts_as_blocked():
