@@ -66,7 +66,7 @@ _local = threading.local()
 def run_queue_wait() -> float:
     """Seconds this thread has been runnable but waiting for a core (Linux's
     ``/proc/thread-self/schedstat``), or 0.0 where that is not known. Time off the CPU spent so
-    is other processes' load, not a call blocking (~5 us a read)."""
+    is other processes' load, not a call blocking (~11 us a read on the dev VM: read per hop)."""
     try:
         with open("/proc/thread-self/schedstat", "rb") as stats:
             return int(stats.read().split()[1]) / 1e9
@@ -82,9 +82,10 @@ class Turns:
     clocks, this thread's ``time.thread_time`` and the process's ``time.process_time``, are
     read at a hop's start and end, and in between only once its time outside the model could
     already count as blocked: read per turn, they held the GIL for 6-9 % of a 20,000-JPEG
-    job's samples (each is a system call, the process's a sum over its threads). A hop's time
-    outside the model is its wall time less its waits for the model; what of that its thread
-    did not spend on the CPU is off it. A test can pass clocks it moves itself.
+    job's samples (each is a system call, the process's a sum over its threads); so is
+    ``queue_clock``, the thread's wait for a core (``run_queue_wait``). A hop's time outside
+    the model is its wall time less its waits for the model; what of that its thread did not
+    spend on the CPU is off it. A test can pass clocks it moves itself.
     """
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter,
