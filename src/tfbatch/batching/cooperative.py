@@ -102,7 +102,9 @@ class Turns:
         self.idle_s = 0.0
         self.calls = 0
         self.paused_calls = 0  # finished calls that paused for the model at least once
-        self.why: str | None = None  # why the turns stopped: "blocked", "stuck", "no pauses"
+        # Why the turns stopped, in the words of the report and the log: "blocked", "did not
+        # pause for the model", "had a call stuck".
+        self.why: str | None = None
         self._stopped = False
         self._open: dict[int, float] = {}  # thread id -> when its turn under way began
         self._lock = threading.Lock()
@@ -138,9 +140,9 @@ class Turns:
         if not self._stopped:
             now = self.clock()
             if any(now - began > STUCK_S for began in list(self._open.values())):
-                self.why = "stuck"
+                self.why = "had a call stuck"
             elif self.calls >= PAUSE_CHECK_CALLS and 2 * self.paused_calls < self.calls:
-                self.why = "no pauses"
+                self.why = "did not pause for the model"
             elif self._blocked(hop):
                 self.why = "blocked"
             self._stopped = self.why is not None

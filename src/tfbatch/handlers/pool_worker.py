@@ -190,9 +190,8 @@ class Worker:
                         return done
                     log.info("the handler's calls taking turns %s (%d calls, %d paused for the model; %.2f s off "
                              "the CPU with the process idle, %.2f s on it): its calls go to threads from here on",
-                             {"no pauses": "do not pause for the model", "stuck": "had a call stuck"}.get(
-                                 self.turns.why, "block on something other than the model"),
-                             self.turns.calls, self.turns.paused_calls, self.turns.idle_s, self.turns.cpu_s)
+                             self.turns.why, self.turns.calls, self.turns.paused_calls, self.turns.idle_s,
+                             self.turns.cpu_s)
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="handler")
                 return done + list(self._threads.map(self._timed_input, items[len(done):]))
@@ -254,9 +253,7 @@ class Worker:
                  f"{turns.cpu_s:.2f} s on the CPU and {turns.off_cpu_s:.2f} s off it outside the model, "
                  f"{turns.idle_s:.2f} s of that with the rest of the process idle")
         if turns.blocking():
-            why = {"no pauses": "did not pause for the model",
-                   "stuck": "had a call stuck"}.get(turns.why, "blocked")
-            return f"a thread each, after taking turns on the hop's thread {why} ({spent})"
+            return f"a thread each, after taking turns on the hop's thread {turns.why} ({spent})"
         return f"taking turns on the hop's thread, each pausing for the model ({spent})"
 
     def _timed_input(self, item: tuple) -> tuple:

@@ -180,36 +180,24 @@ def test_calls_that_lose_the_cpu_now_and_then_keep_their_turns():
     assert turns.cpu_s == pytest.approx(0.2) and turns.off_cpu_s == pytest.approx(0.4)
 
 
-def test_calls_waiting_while_other_threads_of_the_process_run_keep_their_turns():
+@pytest.mark.parametrize("explained", [
+    # another thread of the process ran all that time: the GIL (a model warming up, a busy start-up)
+    {"others": 0.03},
+    # a loaded machine's other processes held the cores (the thread was runnable all along)
+    {"queued": 0.03},
+], ids=["other-threads-ran", "waiting-for-a-core"])
+def test_calls_whose_waits_are_explained_keep_their_turns(explained):
     clocks = FakeClocks()
     turns = clocks.turns()
-
     model = Answerer(count=8)
 
     def call(item):
-        # 30 ms off the CPU a turn, as long as the blocked calls above, but another thread of
-        # the process ran all that time: the GIL (a model warming up, a busy start-up)
-        clocks.spend(cpu=0.001, blocked=0.03, others=0.03)
+        clocks.spend(cpu=0.001, blocked=0.03, **explained)  # 30 ms off the CPU, as long as the blocked calls above
         return cooperative.wait(model.ask(item))
 
     assert run_all(call, list(range(64)), limit=8, turns=turns) == [n * 10 for n in range(64)]
     assert not turns.blocking()
     assert turns.off_cpu_s == pytest.approx(64 * 0.03) and turns.idle_s == pytest.approx(0)
-
-
-def test_calls_waiting_for_a_core_keep_their_turns():
-    clocks = FakeClocks()
-    turns = clocks.turns()
-    model = Answerer(count=8)
-
-    def call(item):
-        # 30 ms off the CPU a turn, none of it another thread's: a loaded machine's other
-        # processes held the cores (the thread was runnable all along)
-        clocks.spend(cpu=0.001, blocked=0.03, queued=0.03)
-        return cooperative.wait(model.ask(item))
-
-    assert run_all(call, list(range(64)), limit=8, turns=turns) == [n * 10 for n in range(64)]
-    assert not turns.blocking() and turns.idle_s == pytest.approx(0)
 
 
 def test_the_run_queue_wait_of_this_thread_is_read_where_linux_tells_it():
@@ -294,7 +282,7 @@ def test_calls_that_never_pause_for_the_model_go_back_to_threads():
 
     done = run_all(call, list(range(100)), limit=8, turns=turns)
     assert done == list(range(PAUSE_CHECK_CALLS))
-    assert turns.blocking() and turns.why == "no pauses" and turns.paused_calls == 0
+    assert turns.blocking() and turns.why == "did not pause for the model" and turns.paused_calls == 0
 
 
 def test_a_turn_under_way_for_long_stops_the_turns_of_other_threads():
