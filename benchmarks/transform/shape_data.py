@@ -165,6 +165,12 @@ def handler(data, context):
     return response.content, context.accept_header
 '''
 
+# The same handler written to reuse connections, as scripts often are: one requests.Session made
+# at import, session.post(...) per image.
+SESSION_HANDLER_SCRIPT = HANDLER_SCRIPT.replace(
+    "import requests\n\n", "import requests\n\nsession = requests.Session()\n\n").replace(
+    "requests.post(context.rest_uri", "session.post(context.rest_uri")
+
 # Seed 003's handler: the model called over gRPC on context.grpc_port, a new channel per image
 # with the message limits raised, Predict.future(...).result(), the answer read from float_val.
 GRPC_HANDLER_SCRIPT = '''\

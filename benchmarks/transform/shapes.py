@@ -146,13 +146,15 @@ def jpeg_bytes(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
                _server(tiny / "model.tar.gz"), _client(tiny / "model.tar.gz", inputs, "application/x-image"))
 
 
-def jpeg_handler(workdir: Path, scale: Scale, *, grpc: bool = False) -> Job:
-    """A single handler calling the model itself: POSTs to context.rest_uri, or (``grpc``) seed
-    003's PredictRequest to context.grpc_port, which the HTTP design's container handler then
-    sends to the baseline server's gRPC port."""
+def jpeg_handler(workdir: Path, scale: Scale, *, grpc: bool = False, session: bool = False) -> Job:
+    """A single handler calling the model itself: POSTs to context.rest_uri (with ``session``,
+    through one ``requests.Session`` made at import), or (``grpc``) seed 003's PredictRequest to
+    context.grpc_port, which the HTTP design's container handler then sends to the baseline
+    server's gRPC port."""
     n = _count(scale)
     inputs, tiny = data.jpegs(workdir, n), _tiny(workdir)
-    name, script = ("grpc-handler", data.GRPC_HANDLER_SCRIPT) if grpc else ("handler", data.HANDLER_SCRIPT)
+    name, script = ("grpc-handler", data.GRPC_HANDLER_SCRIPT) if grpc else \
+        ("session-handler", data.SESSION_HANDLER_SCRIPT) if session else ("handler", data.HANDLER_SCRIPT)
     archive = data.scripted_archive(tiny, name, script)
     wire = ["--grpc"] if grpc else []
     return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
@@ -295,6 +297,8 @@ SHAPES = [
     Shape("jpeg-script", "input_handler/output_handler pair, tiny model",
           lambda w, s: jpeg_bytes(w, s, script=True)),
     Shape("jpeg-handler", "a single handler that POSTs each image to context.rest_uri, tiny model", jpeg_handler),
+    Shape("jpeg-session-handler", "the jpeg-handler script with one requests.Session made at import, "
+          "session.post(...) per image", lambda w, s: jpeg_handler(w, s, session=True)),
     Shape("jpeg-grpc-handler", "seed 003's single handler: a PredictRequest to context.grpc_port over a new "
           "channel per image, Predict.future().result(), tiny model", lambda w, s: jpeg_handler(w, s, grpc=True)),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",

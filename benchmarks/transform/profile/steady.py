@@ -127,7 +127,7 @@ def measure(args: argparse.Namespace) -> dict:
         spy = None
         if args.py_spy:
             spy = subprocess.Popen(["py-spy", "record", "--pid", str(proc.pid), "--subprocesses", "--threads",
-                                    "-r", str(args.rate), "-f", "raw", "-o", args.py_spy],
+                                    "-r", str(args.rate), "-f", "raw", "-o", args.py_spy, *(["--gil"] if args.gil else [])],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0, n0, m0, s0 = time.monotonic(), _count(folder), _machine(), _snapshot(proc.pid)
         while _count(folder) < args.end and proc.poll() is None:
@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--to", dest="end", type=int, default=1600)
     parser.add_argument("--py-spy", default=None, help="also record the window with py-spy into this file")
     parser.add_argument("--rate", type=int, default=100)
+    parser.add_argument("--gil", action="store_true", help="py-spy samples only the thread holding the GIL")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":

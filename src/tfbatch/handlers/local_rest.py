@@ -11,8 +11,8 @@ on the loopback host is answered by the same code the loopback endpoint runs (pa
 the TFS API, the encoded-image budget), in the calling thread, with a real
 ``requests.Response``; the model server batches concurrent calls as it batches the endpoint's.
 
-Only ``requests`` is diverted (``Session.get_adapter`` and ``requests.api.request``, for
-registered ports only); any other
+Only ``requests`` is diverted (``Session.get_adapter``, ``Session.request`` and
+``requests.api.request``, for registered ports only); any other
 client (urllib3, http.client, aiohttp, gRPC on ``context.grpc_port``), another process (a
 handler worker) and every other URL still reach the live loopback endpoints.
 """
@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 # which jobs without a script never import, is loaded here only when it is needed.
 from requests.adapters import BaseAdapter
 from requests.models import PreparedRequest
+from requests.sessions import merge_setting
+from requests.structures import CaseInsensitiveDict
 from requests.utils import default_headers
 
 from tfbatch.errors import TfbatchError, from_exception
@@ -103,7 +105,19 @@ def _install() -> None:
             session.trust_env = False  # no proxy or netrc lookup for a call that stays in process
         return session.request(method=method, url=url, **kwargs)
 
+    original_session_request = requests.Session.request
+
+    def session_request(self, method, url, *args, **kwargs):
+        if not args and kwargs.keys() <= _SESSION_KWARGS and _plain_session(self, requests.Session):
+            service = service_for(url)
+            if service is not None:
+                response = _direct(service, adapter, method, url, kwargs, self.headers)
+                if response is not None:
+                    return response
+        return original_session_request(self, method, url, *args, **kwargs)
+
     requests.Session.get_adapter = get_adapter
+    requests.Session.request = session_request
     requests.api.request = request
     _installed = True
 
@@ -115,11 +129,32 @@ def _install() -> None:
 # requests.get pass them); nothing redirects in process.
 _DIRECT_KWARGS = frozenset({"data", "json", "params", "headers", "timeout", "allow_redirects"})
 
+# A script's own Session (``session = requests.Session()`` at import, ``session.post(...)`` per
+# record: the usual way to reuse connections) took ~0.5 ms of the handler's CPU a call in a
+# 5,000-JPEG job, on its environment's proxy and netrc look-ups and the request's preparation
+# (benchmarks/transform/profile/handler-session.md). Its plain calls are answered directly too,
+# where nothing of the Session would change the request or its answer: no auth, cookies,
+# params or response hooks, and the Session's own steps not overridden. What the transport
+# takes (stream, verify, cert, proxies) changes nothing in process, as LocalAdapter shows.
+_SESSION_KWARGS = _DIRECT_KWARGS | {"stream", "verify", "cert", "proxies"}
+_SESSION_STEPS = ("send", "prepare_request", "merge_environment_settings", "get_adapter")
 
-def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict) -> Any:
+
+def _plain_session(session: Any, base: type) -> bool:
+    """Whether ``session`` would prepare a call to a registered URL as ``_direct`` does."""
+    cls = type(session)
+    if cls is not base and any(getattr(cls, step) is not getattr(base, step) for step in _SESSION_STEPS):
+        return False
+    hooks = session.hooks
+    return (session.auth is None and not session.params and not session.cookies
+            and not any(hooks.values()) and hooks.keys() <= {"response"})
+
+
+def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict,
+            session_headers: Any = None) -> Any:
     """What ``Session.request`` returns for a plain call, or None where it must go that way
     (a ``json=`` body, ``params``, a body other than bytes or text, a query string, a URL it
-    would rewrite)."""
+    would rewrite). ``session_headers``: the calling Session's headers (None: a new Session's)."""
     from tfbatch.handlers.service import make_response  # service imports this module
 
     body = kwargs.get("data") or None  # as requests: an empty body is no body
@@ -134,8 +169,12 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
     status, content = _answer(service, method.upper(), urlsplit(url).path, raw)
     prepared = PreparedRequest()
     prepared.method, prepared.url, prepared.body = method.upper(), url, body
-    prepared.headers = default_headers()
-    prepared.headers.update(kwargs.get("headers") or {})
+    if session_headers is None:
+        prepared.headers = default_headers()
+        prepared.headers.update(kwargs.get("headers") or {})
+    else:  # as Session.prepare_request merges them: a header set to None is dropped
+        prepared.headers = CaseInsensitiveDict(merge_setting(kwargs.get("headers"), session_headers,
+                                                             dict_class=CaseInsensitiveDict))
     if raw is not None:
         prepared.headers["Content-Length"] = str(len(raw))
     response = make_response(status, content, url)

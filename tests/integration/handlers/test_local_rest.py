@@ -112,13 +112,69 @@ def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live, monke
     assert plain.request.headers["X-Trace"] == "1" and plain.request.headers["Content-Length"] == str(len(body))
     assert plain.url == url and plain.ok and plain.elapsed.total_seconds() >= 0
     assert isinstance(plain.connection, local_rest.LocalAdapter)
-    with requests.Session() as session:
-        routed = [requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}),
-                  requests.post(url + "?trace=1", data=body), session.post(url, data=body)]
-    assert len(sends) == 3
+    routed = [requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}),
+              requests.post(url + "?trace=1", data=body)]
+    assert len(sends) == 2
     for response in routed:
         assert (response.status_code, response.json()) == expected
         assert isinstance(response.connection, local_rest.LocalAdapter)
     status = _over_http("GET", base)[1]
-    assert requests.get(base).json() == status and len(sends) == 3  # no body: direct too
-    assert requests.get(base, params={"a": "1"}).json() == status and len(sends) == 4
+    assert requests.get(base).json() == status and len(sends) == 2  # no body: direct too
+    assert requests.get(base, params={"a": "1"}).json() == status and len(sends) == 3
+
+
+class _Signing(requests.Session):
+    """A Session that adds a header in its own step: its calls must take that step."""
+
+    def prepare_request(self, request):
+        prepared = super().prepare_request(request)
+        prepared.headers["X-Signed"] = "yes"
+        return prepared
+
+
+def _with(session: requests.Session, **attrs) -> requests.Session:
+    for name, value in attrs.items():
+        if name == "cookies":
+            session.cookies.set("k", "v")
+        elif name == "hooks":
+            session.hooks["response"].append(value)
+        else:
+            setattr(session, name, value)
+    return session
+
+
+def test_a_scripts_own_session_is_answered_directly_unless_it_changes_the_call(live, monkeypatch):
+    # session = requests.Session() at import, session.post(...) per record: a plain Session's
+    # calls skip its request preparation (and its proxy and netrc look-ups) with its headers
+    # kept; a Session with auth, cookies, params, response hooks or a step of its own still
+    # prepares and sends each call. Every one gets the live endpoint's answer.
+    _, base = live
+    url = base + ":predict"
+    body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
+    expected = _over_http("POST", url, body.encode())
+    sends = []
+    send = requests.Session.send
+    monkeypatch.setattr(requests.Session, "send", lambda self, request, **kw: sends.append(request) or send(
+        self, request, **kw))
+    with requests.Session() as session:
+        session.headers["X-Job"] = "j1"
+        plain = session.post(url, data=body, headers={"X-Trace": "1", "Accept-Encoding": None},
+                             timeout=5, verify=False, stream=False)
+    assert sends == []
+    assert (plain.status_code, plain.json()) == expected
+    headers = plain.request.headers
+    assert headers["X-Job"] == "j1" and headers["X-Trace"] == "1" and "Accept-Encoding" not in headers
+    assert headers["Content-Length"] == str(len(body)) and isinstance(plain.connection, local_rest.LocalAdapter)
+    assert "X-Trace" not in session.headers and "Accept-Encoding" in session.headers  # the Session's own are kept
+    seen = []
+    variants = [_with(requests.Session(), auth=("user", "secret")), _with(requests.Session(), cookies=True),
+                _with(requests.Session(), params={"trace": "1"}),
+                _with(requests.Session(), hooks=lambda response, **kw: seen.append(response.status_code)),
+                _Signing()]
+    for number, session in enumerate(variants, 1):
+        with session:
+            response = session.post(url, data=body)
+        assert len(sends) == number, session
+        assert (response.status_code, response.json()) == expected
+    assert seen == [200]  # the response hook ran
+    assert sends[-1].headers["X-Signed"] == "yes"
