@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 # This module is imported only where a handler script is registered (service.py), so requests,
 # which jobs without a script never import, is loaded here only when it is needed.
 from requests.adapters import BaseAdapter
+from requests.compat import json as complexjson
 from requests.models import PreparedRequest
 from requests.sessions import merge_setting
 from requests.structures import CaseInsensitiveDict
@@ -122,11 +123,12 @@ def _install() -> None:
     _installed = True
 
 
-# requests.post(url, data=body) and requests.get(url) (headers and timeout change nothing in
-# process) are answered without the Session's request preparation, which took ~190 us of the
-# GIL per call on the dev VM, more than the in-process answer's own Python
-# (benchmarks/transform/profile/handler.md). json and params only as None (requests.post and
-# requests.get pass them); nothing redirects in process.
+# requests.post(url, data=body), requests.post(url, json=obj) and requests.get(url) (headers and
+# timeout change nothing in process) are answered without the Session's request preparation,
+# which took ~190 us of the GIL per call on the dev VM, more than the in-process answer's own
+# Python (benchmarks/transform/profile/handler.md; a json= body, ~0.25 ms of the handler's CPU
+# a call in a 5,000-JPEG job, benchmarks/transform/profile/handler-session.md). params only as
+# None or empty (requests.get passes it); nothing redirects in process.
 _DIRECT_KWARGS = frozenset({"data", "json", "params", "headers", "timeout", "allow_redirects"})
 
 # A script's own Session (``session = requests.Session()`` at import, ``session.post(...)`` per
@@ -153,30 +155,41 @@ def _plain_session(session: Any, base: type) -> bool:
 def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict,
             session_headers: Any = None) -> Any:
     """What ``Session.request`` returns for a plain call, or None where it must go that way
-    (a ``json=`` body, ``params``, a body other than bytes or text, a query string, a URL it
-    would rewrite). ``session_headers``: the calling Session's headers (None: a new Session's)."""
+    (``params``, a body other than bytes or text, a ``json=`` body JSON refuses, a query
+    string, a URL it would rewrite). ``session_headers``: the calling Session's headers (None:
+    a new Session's)."""
     from tfbatch.handlers.service import make_response  # service imports this module
 
     body = kwargs.get("data") or None  # as requests: an empty body is no body
-    if kwargs.get("json") is not None or kwargs.get("params"):
+    if kwargs.get("params"):
         return None
     if body is not None and not isinstance(body, (bytes, str)):
         return None
     if not isinstance(url, str) or not url.isascii() or "?" in url or "#" in url or " " in url:
         return None
+    content_type = None
+    if body is None and kwargs.get("json") is not None:
+        # As PreparedRequest.prepare_body: requests' JSON module, NaN refused, UTF-8 bytes.
+        try:
+            text = complexjson.dumps(kwargs["json"], allow_nan=False)
+        except (TypeError, ValueError):
+            return None  # the Session raises what requests raises
+        body = text if isinstance(text, bytes) else text.encode("utf-8")
+        content_type = "application/json"
     started = time.perf_counter()
     raw = body.encode("utf-8") if isinstance(body, str) else body  # encoded once: the answer and the length
     status, content = _answer(service, method.upper(), urlsplit(url).path, raw)
     prepared = PreparedRequest()
     prepared.method, prepared.url, prepared.body = method.upper(), url, body
-    if session_headers is None:
-        prepared.headers = default_headers()
-        prepared.headers.update(kwargs.get("headers") or {})
-    else:  # as Session.prepare_request merges them: a header set to None is dropped
-        prepared.headers = CaseInsensitiveDict(merge_setting(kwargs.get("headers"), session_headers,
-                                                             dict_class=CaseInsensitiveDict))
+    # As Session.prepare_request merges them: the call's headers over the Session's, a header
+    # set to None dropped.
+    prepared.headers = CaseInsensitiveDict(merge_setting(
+        kwargs.get("headers"), default_headers() if session_headers is None else session_headers,
+        dict_class=CaseInsensitiveDict))
     if raw is not None:
         prepared.headers["Content-Length"] = str(len(raw))
+    if content_type is not None and "content-type" not in prepared.headers:
+        prepared.headers["Content-Type"] = content_type
     response = make_response(status, content, url)
     response.request, response.connection = prepared, adapter
     response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)

@@ -94,9 +94,9 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
 
 
 def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live, monkeypatch):
-    # requests.post(url, data=...) is answered without Session.request (handlers/local_rest._direct);
-    # json= bodies, query strings and a script's own Session still go through it: same answer,
-    # and the response carries what a Session's would.
+    # requests.post(url, data=...) and requests.post(url, json=...) are answered without
+    # Session.request (handlers/local_rest._direct); query strings and params still go through
+    # it: same answer, and the response carries what a Session's would.
     _, base = live
     url = base + ":predict"
     body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
@@ -112,15 +112,20 @@ def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live, monke
     assert plain.request.headers["X-Trace"] == "1" and plain.request.headers["Content-Length"] == str(len(body))
     assert plain.url == url and plain.ok and plain.elapsed.total_seconds() >= 0
     assert isinstance(plain.connection, local_rest.LocalAdapter)
-    routed = [requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]}),
-              requests.post(url + "?trace=1", data=body)]
-    assert len(sends) == 2
-    for response in routed:
-        assert (response.status_code, response.json()) == expected
-        assert isinstance(response.connection, local_rest.LocalAdapter)
+    as_json = requests.post(url, json={"instances": [[1.0, 2.0, 3.0]]})  # direct too, body as requests makes it
+    assert sends == [] and (as_json.status_code, as_json.json()) == expected
+    made = requests.Request("POST", url, json={"instances": [[1.0, 2.0, 3.0]]}).prepare()
+    assert as_json.request.body == made.body and as_json.request.headers["Content-Type"] == "application/json"
+    assert as_json.request.headers["Content-Length"] == made.headers["Content-Length"]
+    with pytest.raises(requests.exceptions.InvalidJSONError):  # what JSON refuses: requests' own error
+        requests.post(url, json={"instances": [[float("nan")]]})
+    routed = requests.post(url + "?trace=1", data=body)
+    assert len(sends) == 1
+    assert (routed.status_code, routed.json()) == expected
+    assert isinstance(routed.connection, local_rest.LocalAdapter)
     status = _over_http("GET", base)[1]
-    assert requests.get(base).json() == status and len(sends) == 2  # no body: direct too
-    assert requests.get(base, params={"a": "1"}).json() == status and len(sends) == 3
+    assert requests.get(base).json() == status and len(sends) == 1  # no body: direct too
+    assert requests.get(base, params={"a": "1"}).json() == status and len(sends) == 2
 
 
 class _Signing(requests.Session):
