@@ -119,6 +119,11 @@ def input_handler(data, context):
 ''' + _PASS_THROUGH_OUTPUT
 
 
+# The same script as some are written: the request names its signature and goes out as bytes.
+NAMED_FLOAT_IMAGE_SCRIPT = FLOAT_IMAGE_SCRIPT.replace(
+    'return json.dumps({"instances": [pixels.tolist()]})',
+    'return json.dumps({"signature_name": "serving_default", "instances": [pixels.tolist()]}).encode("utf-8")')
+
 # Seed 002's script, as its notebook ships it beside the CIFAR-10 CNN: PIL opens the PNG and the
 # pixels go to TF Serving as JSON integers (0-255), one image per request; its output_handler
 # passes the answer through.

@@ -162,16 +162,19 @@ def jpeg_handler(workdir: Path, scale: Scale, *, grpc: bool = False, session: bo
                _server(archive) + wire, _client(archive, inputs, "application/x-image") + wire)
 
 
-def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False) -> Job:
+def jpeg_float(workdir: Path, scale: Scale, *, script: bool = False, named: bool = False) -> Job:
     n = _count(scale)
     inputs = data.jpegs(workdir, n)
     model = data.keras_artifact("float64", workdir, data.FLOAT_IMAGE_SCRIPT)
     # script: the artifact a SageMaker user already has, unchanged (its inference.py decodes
     # with PIL and sends JSON floats, as the TFS container needs), which (c) runs too.
     archive = model / ("model.tar.gz" if script else "model-noscript.tar.gz")
+    if named:  # that script naming its signature and returning bytes
+        archive = data.scripted_archive(model, "named", data.NAMED_FLOAT_IMAGE_SCRIPT)
     return Job(inputs, n, n, _tfbatch(archive, inputs, "application/x-image"),
                _tfdata("files", model / "savedmodel" / "1", inputs, "--float"),
-               _server(model / "model.tar.gz"), _client(model / "model.tar.gz", inputs, "application/x-image"))
+               _server(archive if named else model / "model.tar.gz"),
+               _client(archive if named else model / "model.tar.gz", inputs, "application/x-image"))
 
 
 def jpeg_large(workdir: Path, scale: Scale) -> Job:
@@ -303,6 +306,9 @@ SHAPES = [
           "channel per image, Predict.future().result(), tiny model", lambda w, s: jpeg_handler(w, s, grpc=True)),
     Shape("jpeg-float-script", "float-input Keras model with the SageMaker script it needs (PIL decode, JSON floats)",
           lambda w, s: jpeg_float(w, s, script=True)),
+    Shape("jpeg-float-script-named", "the jpeg-float-script job whose script names the signature "
+          "({\"signature_name\": ..., \"instances\": ...}) and returns the JSON as bytes",
+          lambda w, s: jpeg_float(w, s, script=True, named=True)),
     Shape("png-cifar-script", "seed 002's job: 32x32 PNGs, its CIFAR-10 CNN (float32 [None,32,32,3]) and its "
           "script (PIL, pixels as JSON integers)", png_cifar),
     Shape("json-float", "one JSON request body per file ({\"instances\": [64x64x3 floats]}), float-input Keras "

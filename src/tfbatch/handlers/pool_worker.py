@@ -354,10 +354,16 @@ class Worker:
         sig = signatures.get(default)
         if sig is None:
             return None
-        # The script's json.dumps (jsonenc's look-alike) noted the numbers as it wrote them.
+        # The script's json.dumps (jsonenc's look-alike) noted the numbers as it wrote them,
+        # and the signature the request names, if it names one.
         written = written_numbers(text)
         if written is not None:
-            found = decode_written(*written, sig)
+            key, array, named = written
+            if named is not None:
+                sig = signatures.get(named)
+                if sig is None:
+                    return None  # the general way names the signature the model lacks
+            found = decode_written(key, array, sig)
         else:
             if isinstance(text, str):
                 try:

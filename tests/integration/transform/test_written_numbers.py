@@ -78,3 +78,72 @@ def test_noted_requests_reach_the_model_as_their_text_reads(tmp_path, linear_mod
     for seed in range(12):
         got = np.array(json.loads(a[f"s{seed:02d}.txt.out"])["predictions"], np.float32)
         np.testing.assert_allclose(got, linear_expected(_rows(seed)), rtol=1e-5, atol=1e-5)
+
+
+# A request naming its signature, and a script returning its text's bytes: both still noted.
+NAMED_SCRIPT = """
+import json
+
+import numpy as np
+
+
+def input_handler(data, context):
+    seed = int(data.read().decode())
+    rows = (np.random.default_rng(seed).normal(size=(300, 3))).tolist()
+    named = ["serving_default", "doubled", "missing"][seed % 3]
+    text = json.dumps({"signature_name": named, "instances": rows})
+    return text.encode("utf-8") if seed % 2 else text
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+"""
+
+
+def _two_signatures(path: Path) -> Path:
+    """serving_default: y = x; doubled: y = 2x (x float32 [None, 3])."""
+    import tensorflow as tf
+
+    class Two(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def same(self, x):
+            return {"y": x}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def doubled(self, x):
+            return {"y": x * 2.0}
+
+    module = Two()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.same, "doubled": module.doubled})
+    return path
+
+
+def test_a_noted_request_runs_the_signature_it_names(tmp_path, with_script, monkeypatch):
+    inp = tmp_path / "in"
+    inp.mkdir()
+    for seed in range(9):
+        (inp / f"s{seed}.txt").write_text(str(seed))
+    _two_signatures(tmp_path / "model" / "1")
+    archive = with_script(tmp_path, tmp_path / "model", NAMED_SCRIPT)
+    common = dict(model=str(archive), input=str(inp), content_type="text/plain", max_batch_size=4)
+    monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
+    runs = {"workers": run_transform(output=str(tmp_path / "workers"), handler_workers=2, **common),
+            "inline": run_transform(output=str(tmp_path / "inline"), handler_workers=0, **common)}
+    monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")
+    runs["stdlib"] = run_transform(output=str(tmp_path / "stdlib"), handler_workers=2, **common)
+    outs = {name: _outs(tmp_path / name) for name in runs}
+    for name, result in runs.items():
+        assert result.records == 9 and result.failed_records == 3, name  # the three naming "missing"
+    assert outs["workers"] == outs["inline"] == outs["stdlib"]
+    for seed in range(9):
+        rows = np.random.default_rng(seed).normal(size=(300, 3)).astype(np.float32)
+        out = outs["workers"].get(f"s{seed}.txt.out")
+        if seed % 3 == 2:
+            assert out is None
+            continue
+        got = np.array(json.loads(out)["predictions"], np.float32)
+        np.testing.assert_array_equal(got, rows * (2.0 if seed % 3 == 1 else 1.0))
+    errors = (tmp_path / "workers" / "_tfbatch").rglob("*")
+    assert any(b"missing" in p.read_bytes() for p in errors if p.is_file())  # the error names the signature

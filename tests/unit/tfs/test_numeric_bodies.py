@@ -165,10 +165,10 @@ def _same_as_text(value, key: str, sig: SignatureInfo, separators) -> bool:
         want = decode_numeric(text.encode(), sig)
     except errors.InvalidInput as err:
         with pytest.raises(errors.InvalidInput) as got:
-            decode_written(*written, sig)
+            decode_written(*written[:2], sig)
         assert str(got.value) == str(err)
         return True
-    got = decode_written(*written, sig)
+    got = decode_written(*written[:2], sig)
     if want is None:
         assert got is None
         return True
@@ -230,12 +230,41 @@ def _note_is_the_lists_as_they_were_written():
     thread.start()
     thread.join()
     assert seen == [None]  # another thread's text
-    key, array = written_numbers(again)
-    assert key == "instances" and array.tolist() == [[99.0, 1.5], [2.5, 3.5]]
+    key, array, named = written_numbers(again)
+    assert key == "instances" and array.tolist() == [[99.0, 1.5], [2.5, 3.5]] and named is None
     assert written_numbers(again) is None  # taken once
+    # The text's bytes (a script's json.dumps(...).encode()) are that text; other bytes are not.
+    encoded = dumps_like_stdlib({"instances": rows}, separators=(",", ":"))
+    assert written_numbers(encoded.encode("utf-8").replace(b"0.5", b"0.6")) is None
+    assert written_numbers(bytearray(encoded.encode())) is None and written_numbers(encoded[:-1] + " ") is None
+    assert written_numbers(encoded.encode("utf-8"))[0] == "instances"
+    assert written_numbers(encoded.encode("utf-8")) is None  # taken once
     for value in ({"instances": [[1, 2]], "x": 1}, {"instances": [["a"]]}, {"instances": [[True]]},
                   {"instances": [[None]]}, {"inputs": {"x": [1.5]}}, [[1.5]], {"instances": []}):
         assert written_numbers(dumps_like_stdlib(value)) is None, value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["serving_default", "predict", "a b", 'say "x"', "tab\t"]),
+                 st.integers(), st.none()),
+       st.booleans(), st.sampled_from([None, (",", ":")]))
+def test_a_request_naming_its_signature_is_noted_with_the_name_where_both_spell_it_alike(name, first, separators):
+    # {"signature_name": ..., "instances": [...]}: the standard library's text whatever the
+    # name; noted (with the name) only for a plain name written first, as scripts write it.
+    rows = (np.arange(12).reshape(1, 2, 2, 3) / 7.0).tolist()
+    value = {"signature_name": name, "instances": rows} if first else {"instances": rows, "signature_name": name}
+    with _noting_every_size():
+        text = dumps_like_stdlib(value, separators=separators)
+        assert text == json.dumps(value, separators=separators)
+        written = written_numbers(text)
+    plain = first and isinstance(name, str) and name.isascii() and name.isprintable() \
+        and '"' not in name and "\\" not in name
+    if not plain:
+        assert written is None
+        return
+    key, array, named = written
+    assert key == "instances" and named == name and array.tolist() == rows
+    assert json.loads(text) == value
 
 
 # A hop's small bodies read together (``decode_numeric_many``): each must read as it reads alone
