@@ -93,18 +93,26 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
     del service
 
 
-def test_plain_posts_skip_the_session_and_answer_as_the_session_does(live, monkeypatch):
-    # requests.post(url, data=...) and requests.post(url, json=...) are answered without
-    # Session.request (handlers/local_rest._direct); query strings and params still go through
-    # it: same answer, and the response carries what a Session's would.
+@pytest.fixture
+def counted(live, monkeypatch):
+    """(base URL, predict URL, a request body, the live endpoint's answer to it, the requests
+    Session.send saw): Session.send is counted (and still run) to see which calls took it."""
     _, base = live
     url = base + ":predict"
     body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
     expected = _over_http("POST", url, body.encode())
-    sends = []  # Session.send, counted (and still run) to see which calls took the Session
+    sends = []
     send = requests.Session.send
     monkeypatch.setattr(requests.Session, "send", lambda self, request, **kw: sends.append(request) or send(
         self, request, **kw))
+    return base, url, body, expected, sends
+
+
+def test_plain_posts_skip_the_session_and_answer_as_the_session_does(counted):
+    # requests.post(url, data=...) and requests.post(url, json=...) are answered without
+    # Session.request (handlers/local_rest._direct); query strings and params still go through
+    # it: same answer, and the response carries what a Session's would.
+    base, url, body, expected, sends = counted
     plain = requests.post(url, data=body, headers={"X-Trace": "1"}, timeout=5)
     assert sends == []
     assert (plain.status_code, plain.json()) == expected
@@ -148,19 +156,12 @@ def _with(session: requests.Session, **attrs) -> requests.Session:
     return session
 
 
-def test_a_scripts_own_session_is_answered_directly_unless_it_changes_the_call(live, monkeypatch):
+def test_a_scripts_own_session_is_answered_directly_unless_it_changes_the_call(counted):
     # session = requests.Session() at import, session.post(...) per record: a plain Session's
     # calls skip its request preparation (and its proxy and netrc look-ups) with its headers
     # kept; a Session with auth, cookies, params, response hooks or a step of its own still
     # prepares and sends each call. Every one gets the live endpoint's answer.
-    _, base = live
-    url = base + ":predict"
-    body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
-    expected = _over_http("POST", url, body.encode())
-    sends = []
-    send = requests.Session.send
-    monkeypatch.setattr(requests.Session, "send", lambda self, request, **kw: sends.append(request) or send(
-        self, request, **kw))
+    _, url, body, expected, sends = counted
     with requests.Session() as session:
         session.headers["X-Job"] = "j1"
         plain = session.post(url, data=body, headers={"X-Trace": "1", "Accept-Encoding": None},
