@@ -100,6 +100,25 @@ def input_handler(data, context):
 
 ''' + _PASS_THROUGH_OUTPUT
 
+# The CSV script as a single handler: the lines of its payload to "instances" JSON, POSTed to
+# context.rest_uri.
+CSV_HANDLER_SCRIPT = '''\
+import json
+
+import requests
+
+
+def handler(data, context):
+    if context.request_content_type != "text/csv":
+        raise ValueError("unsupported content type: " + str(context.request_content_type))
+    text = data.read().decode("utf-8")
+    rows = [[float(x) for x in line.split(",")] for line in text.splitlines() if line]
+    response = requests.post(context.rest_uri, data=json.dumps({"instances": rows}))
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    return response.content, context.accept_header
+'''
+
 # What a SageMaker user with a float-input model must ship: the TFS container cannot take an
 # image body for a float tensor, so the script decodes and resizes it (PIL) and sends JSON floats.
 FLOAT_IMAGE_SCRIPT = '''\

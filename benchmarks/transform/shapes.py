@@ -259,13 +259,14 @@ def framed_images(workdir: Path, scale: Scale, *, framing: str, multi: bool = Fa
 
 
 def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRecord",
-          content_type: str | None = None, join: bool = False, script: bool = False) -> Job:
+          content_type: str | None = None, join: bool = False, script: bool = False, handler: bool = False) -> Job:
     """Rows of 32 floats, ``--split-type Line``: MultiRecord (1 MB payloads) or SingleRecord
     (the job's default: one line per request; tfbatch joins them, the HTTP design cannot).
     The expert's tf.data script is the same for both: it batches lines whatever the strategy.
     ``join``: JoinSource=Input, every contender writes each line beside its prediction.
     ``script``: tfbatch and the HTTP design run the usual CSV ``inference.py`` (lines to
-    "instances" JSON) on each payload; the expert's script has no use for it."""
+    "instances" JSON) on each payload; the expert's script has no use for it. ``handler``: the
+    same as a single ``handler`` that POSTs the JSON to context.rest_uri."""
     rows = max(100, round(TABLE_ROWS * scale.table))
     inputs = data.table(workdir, framing, rows)
     model = data.keras_artifact("vec32", workdir)
@@ -280,7 +281,9 @@ def table(workdir: Path, scale: Scale, *, framing: str, strategy: str = "MultiRe
     elif framing == "jsonl-id":
         flags += ["--input-filter", "$.features", "--output-filter", "$['id','SageMakerOutput']"]
     noscript = model / "model-noscript.tar.gz"
-    archive = data.scripted_archive(model, "csv-script", data.CSV_SCRIPT) if script else noscript
+    archive = data.scripted_archive(model, "csv-script", data.CSV_SCRIPT) if script else \
+        data.scripted_archive(model, "csv-handler", data.CSV_HANDLER_SCRIPT) if handler else noscript
+    script = script or handler
     return Job(inputs, rows * data.TABLE_FILES, data.TABLE_FILES, _tfbatch(archive, inputs, content_type, *flags),
                _tfdata("table", model / "savedmodel" / "1", inputs, "--framing", framing, "--batch-size", "1024",
                        *(["--join"] if join else [])),
@@ -328,6 +331,11 @@ SHAPES = [
     Shape("csv-script-single", "the csv-script job as SingleRecord (a job's strategy when it names none): each "
           "line one request through the script's hooks (20 files)",
           lambda w, s: table(w, s, framing="csv", script=True, strategy="SingleRecord")),
+    Shape("csv-handler", "CSV, Line, MultiRecord 1 MB, the csv-script job's script as a single handler that "
+          "POSTs each payload's rows to context.rest_uri (20 files)",
+          lambda w, s: table(w, s, framing="csv", handler=True)),
+    Shape("csv-handler-single", "the csv-handler job as SingleRecord: each line one call of the handler (20 files)",
+          lambda w, s: table(w, s, framing="csv", handler=True, strategy="SingleRecord")),
     Shape("csv-join", "CSV, Line, MultiRecord 1 MB, JoinSource=Input (each row written back with its "
           "prediction), float-input model, no script (20 files)", lambda w, s: table(w, s, framing="csv", join=True)),
     Shape("jsonl-join", "JSON Lines, Line, MultiRecord 1 MB, JoinSource=Input ({\"SageMakerInput\": row, "

@@ -74,6 +74,16 @@ MIN_OBJECTS_PER_PROCESS = 4000
 # hooks the whole job while 12 of 16 cores idled (profile/sixteen-cores.md). A process needs
 # at least one object: objects are handed out whole.
 MIN_BYTES_PER_PROCESS = 64 * 1024 * 1024
+# ... or, for a single handler on lines (SplitType Line), fewer bytes: a line of text is a
+# record, and with SingleRecord each is a call of the handler (~0.2 ms of the process's GIL
+# for a CSV line of 32 floats posted to context.rest_uri, where a 22 KB JPEG's call is ~0.6),
+# with MultiRecord each payload's lines are parsed by the handler's Python. On the 2-core VM
+# (20 x 5,000 CSV lines of ~250 bytes, benchmarks/transform/profile/handler-session.md):
+# SingleRecord, 4.6 MB ran as fast with 2 processes as with 1 (5.7-5.9 s against 5.6-6.1),
+# 25 MB in 14.8 s against 20.9; MultiRecord, 12.5 MB slower (4.8 s against 4.2-4.4), 25 MB
+# faster (5.6 s against 6.4). As with the objects, each process needs this share, so 2 start
+# from twice it.
+MIN_LINE_BYTES_PER_HANDLER_PROCESS = {"SingleRecord": 4 * 1024 * 1024, "MultiRecord": 10 * 1024 * 1024}
 # How long the engine lists before it decides: a listing slower than this is taken as long.
 PEEK_SECONDS = 0.5
 CHUNKS_QUEUED = 4  # per worker: a worker never starves while the feeder lists the next page
@@ -274,7 +284,8 @@ def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[s
     ``HANDLER_CORES_PER_PROCESS`` and 2 from 2 cores on; at most ``MAX_AUTO_PROCESSES``, and
     where the number of ``objects`` per instance is known, at most one per
     ``MIN_OBJECTS_PER_PROCESS`` of them or per ``MIN_BYTES_PER_PROCESS`` of their ``size``
-    (bytes), whichever allows more, but never more than there are objects."""
+    (bytes; a single handler on lines: ``MIN_LINE_BYTES_PER_HANDLER_PROCESS``), whichever
+    allows more, but never more than there are objects."""
     if spec.processes is not None:
         return spec.processes
     if any(devices):
@@ -285,7 +296,10 @@ def processes_per_instance(spec: TransformSpec, cores: int, devices: list[list[s
     else:
         per = share // CORES_PER_PROCESS
     if objects is not None:
-        per = min(per, max(objects // MIN_OBJECTS_PER_PROCESS, min(objects, size // MIN_BYTES_PER_PROCESS)))
+        per_bytes = MIN_BYTES_PER_PROCESS
+        if single_handler and spec.split_type == "Line":
+            per_bytes = MIN_LINE_BYTES_PER_HANDLER_PROCESS.get(spec.batch_strategy, per_bytes)
+        per = min(per, max(objects // MIN_OBJECTS_PER_PROCESS, min(objects, size // per_bytes)))
     return max(1, min(MAX_AUTO_PROCESSES, per))
 
 
