@@ -109,12 +109,12 @@ def _install() -> None:
     original_session_request = requests.Session.request
 
     def session_request(self, method, url, *args, **kwargs):
-        if not args and kwargs.keys() <= _SESSION_KWARGS and _plain_session(self, requests.Session):
-            service = service_for(url)
-            if service is not None:
-                response = _direct(service, adapter, method, url, kwargs, self.headers)
-                if response is not None:
-                    return response
+        # Registered URLs only: no other call of the process looks at its Session here.
+        service = service_for(url) if not args and kwargs.keys() <= _SESSION_KWARGS else None
+        if service is not None and _plain_session(self, requests.Session):
+            response = _direct(service, adapter, method, url, kwargs, self.headers)
+            if response is not None:
+                return response
         return original_session_request(self, method, url, *args, **kwargs)
 
     requests.Session.get_adapter = get_adapter

@@ -359,7 +359,7 @@ class Worker:
         written = written_numbers(text)
         if written is not None:
             key, array, named = written
-            if named is not None:
+            if named:  # as TF Serving: an empty name is the default signature
                 sig = signatures.get(named)
                 if sig is None:
                     return None  # the general way names the signature the model lacks
