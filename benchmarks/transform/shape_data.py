@@ -86,22 +86,25 @@ def input_handler(data, context):
 ''' + _PASS_THROUGH_OUTPUT
 
 # A CSV job's usual SageMaker script: the payload's lines to TF Serving's "instances" JSON.
+# Its body (the content type checked, the lines read as rows of floats) serves the handler below too.
+_CSV_ROWS = '''\
+    if context.request_content_type != "text/csv":
+        raise ValueError("unsupported content type: " + str(context.request_content_type))
+    text = data.read().decode("utf-8")
+    rows = [[float(x) for x in line.split(",")] for line in text.splitlines() if line]
+'''
 CSV_SCRIPT = '''\
 import json
 
 
 def input_handler(data, context):
-    if context.request_content_type != "text/csv":
-        raise ValueError("unsupported content type: " + str(context.request_content_type))
-    text = data.read().decode("utf-8")
-    rows = [[float(x) for x in line.split(",")] for line in text.splitlines() if line]
+''' + _CSV_ROWS + '''\
     return json.dumps({"instances": rows})
 
 
 ''' + _PASS_THROUGH_OUTPUT
 
-# The CSV script as a single handler: the lines of its payload to "instances" JSON, POSTed to
-# context.rest_uri.
+# The CSV script as a single handler: those rows as "instances" JSON, POSTed to context.rest_uri.
 CSV_HANDLER_SCRIPT = '''\
 import json
 
@@ -109,10 +112,7 @@ import requests
 
 
 def handler(data, context):
-    if context.request_content_type != "text/csv":
-        raise ValueError("unsupported content type: " + str(context.request_content_type))
-    text = data.read().decode("utf-8")
-    rows = [[float(x) for x in line.split(",")] for line in text.splitlines() if line]
+''' + _CSV_ROWS + '''\
     response = requests.post(context.rest_uri, data=json.dumps({"instances": rows}))
     if response.status_code != 200:
         raise ValueError(response.content.decode("utf-8"))

@@ -33,7 +33,6 @@ from requests.compat import json as complexjson
 from requests.models import PreparedRequest
 from requests.sessions import merge_setting
 from requests.structures import CaseInsensitiveDict
-from requests.utils import default_headers
 
 from tfbatch.errors import TfbatchError, from_exception
 
@@ -93,13 +92,9 @@ def _install() -> None:
         return adapter if service_for(url) is not None else original_adapter(self, url)
 
     def request(method, url, **kwargs):
-        service = service_for(url)
-        if service is None:
+        if service_for(url) is None:
             return original_request(method, url, **kwargs)
-        if kwargs.keys() <= _DIRECT_KWARGS:
-            response = _direct(service, adapter, method, url, kwargs)
-            if response is not None:
-                return response
+        # The thread's Session is plain: session_request answers a plain call directly.
         session = getattr(_sessions, "session", None)
         if session is None:
             session = _sessions.session = requests.Session()
@@ -110,7 +105,7 @@ def _install() -> None:
 
     def session_request(self, method, url, *args, **kwargs):
         # Registered URLs only: no other call of the process looks at its Session here.
-        service = service_for(url) if not args and kwargs.keys() <= _SESSION_KWARGS else None
+        service = service_for(url) if not args and kwargs.keys() <= _DIRECT_KWARGS else None
         if service is not None and _plain_session(self, requests.Session):
             response = _direct(service, adapter, method, url, kwargs, self.headers)
             if response is not None:
@@ -123,22 +118,21 @@ def _install() -> None:
     _installed = True
 
 
-# requests.post(url, data=body), requests.post(url, json=obj) and requests.get(url) (headers and
-# timeout change nothing in process) are answered without the Session's request preparation,
-# which took ~190 us of the GIL per call on the dev VM, more than the in-process answer's own
-# Python (benchmarks/transform/profile/handler.md; a json= body, ~0.25 ms of the handler's CPU
-# a call in a 5,000-JPEG job, benchmarks/transform/profile/handler-session.md). params only as
-# None or empty (requests.get passes it); nothing redirects in process.
-_DIRECT_KWARGS = frozenset({"data", "json", "params", "headers", "timeout", "allow_redirects"})
-
-# A script's own Session (``session = requests.Session()`` at import, ``session.post(...)`` per
-# record: the usual way to reuse connections) took ~0.5 ms of the handler's CPU a call in a
-# 5,000-JPEG job, on its environment's proxy and netrc look-ups and the request's preparation
-# (benchmarks/transform/profile/handler-session.md). Its plain calls are answered directly too,
-# where nothing of the Session would change the request or its answer: no auth, cookies,
-# params or response hooks, and the Session's own steps not overridden. What the transport
-# takes (stream, verify, cert, proxies) changes nothing in process, as LocalAdapter shows.
-_SESSION_KWARGS = _DIRECT_KWARGS | {"stream", "verify", "cert", "proxies"}
+# A plain call to a registered URL is answered without the Session's request preparation:
+# requests.post(url, data=body) or (json=obj), requests.get(url), from requests' module-level
+# functions (which use one Session per thread here) or from a script's own Session (made at
+# import, ``session.post(...)`` per record: the usual way to reuse connections). The
+# preparation took ~190 us of the GIL per call on the dev VM, more than the in-process
+# answer's own Python (benchmarks/transform/profile/handler.md); a script's own Session, with
+# its environment's proxy and netrc look-ups, ~0.5 ms of the handler's CPU a call in a
+# 5,000-JPEG job, and a json= body ~0.25 ms (benchmarks/transform/profile/handler-session.md).
+# Plain: nothing of the Session would change the request or its answer (no auth, cookies,
+# params or response hooks, and the Session's own steps not overridden); headers and timeout
+# change nothing in process, nor does what the transport takes (stream, verify, cert,
+# proxies), as LocalAdapter shows; params only as None or empty (requests.get passes it);
+# nothing redirects in process.
+_DIRECT_KWARGS = frozenset({"data", "json", "params", "headers", "timeout", "allow_redirects",
+                            "stream", "verify", "cert", "proxies"})
 _SESSION_STEPS = ("send", "prepare_request", "merge_environment_settings", "get_adapter")
 
 
@@ -153,11 +147,10 @@ def _plain_session(session: Any, base: type) -> bool:
 
 
 def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs: dict,
-            session_headers: Any = None) -> Any:
+            session_headers: Any) -> Any:
     """What ``Session.request`` returns for a plain call, or None where it must go that way
     (``params``, a body other than bytes or text, a ``json=`` body JSON refuses, a query
-    string, a URL it would rewrite). ``session_headers``: the calling Session's headers (None:
-    a new Session's)."""
+    string, a URL it would rewrite). ``session_headers``: the calling Session's headers."""
     from tfbatch.handlers.service import make_response  # service imports this module
 
     body = kwargs.get("data") or None  # as requests: an empty body is no body
@@ -184,8 +177,7 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
     # As Session.prepare_request merges them: the call's headers over the Session's, a header
     # set to None dropped.
     prepared.headers = CaseInsensitiveDict(merge_setting(
-        kwargs.get("headers"), default_headers() if session_headers is None else session_headers,
-        dict_class=CaseInsensitiveDict))
+        kwargs.get("headers"), session_headers, dict_class=CaseInsensitiveDict))
     if raw is not None:
         prepared.headers["Content-Length"] = str(len(raw))
     if content_type is not None and "content-type" not in prepared.headers:
