@@ -96,15 +96,22 @@ def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, lin
 @pytest.fixture
 def counted(live, monkeypatch):
     """(base URL, predict URL, a request body, the live endpoint's answer to it, the requests
-    Session.send saw): Session.send is counted (and still run) to see which calls took it."""
+    Session.send saw for that endpoint): Session.send is counted (and still run) to see which
+    calls took it. Only calls to the endpoint count: another thread of the test process (a Ray
+    worker's metrics poll, say) may send its own requests meanwhile."""
     _, base = live
     url = base + ":predict"
     body = json.dumps({"instances": [[1.0, 2.0, 3.0]]})
     expected = _over_http("POST", url, body.encode())
     sends = []
     send = requests.Session.send
-    monkeypatch.setattr(requests.Session, "send", lambda self, request, **kw: sends.append(request) or send(
-        self, request, **kw))
+
+    def counted_send(self, request, **kw):
+        if request.url.startswith(base):
+            sends.append(request)
+        return send(self, request, **kw)
+
+    monkeypatch.setattr(requests.Session, "send", counted_send)
     return base, url, body, expected, sends
 
 
