@@ -9,12 +9,15 @@ Once imported, the script's own ``json.dumps`` and ``json.loads`` (through ``imp
 ``code/lib`` it imported) write and read through orjson wherever that gives the
 standard library's exact text and values (``runtime/jsonenc.dumps_like_stdlib``): the JSON of
 TF Serving's ``"instances"`` is most of a typical script's CPU. ``TFBATCH_STDLIB_JSON=1``
-leaves the script's names alone.
+leaves the script's JSON names alone. Its ``base64`` encode and decode functions (``import
+base64`` or ``from base64 import b64encode``) are pybase64-backed look-alikes with the standard
+library's bytes and errors (``runtime/base64like``): the ``{"b64": ...}`` of each image.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
 import importlib.util
 import json
 import logging
@@ -28,6 +31,7 @@ from types import ModuleType
 from typing import Callable
 
 from tfbatch.errors import DependencyMissing, HandlerError
+from tfbatch.runtime import base64like
 from tfbatch.runtime.jsonenc import dumps_like_stdlib, loads_like_stdlib
 from tfbatch.tfs.serving_apis import provide_tensorflow_serving
 
@@ -110,9 +114,9 @@ def load_module(script: Path) -> ModuleType:
         except Exception as exc:
             sys.modules.pop(MODULE_NAME, None)
             raise HandlerError(f"importing handler script {script} failed: {type(exc).__name__}: {exc}") from exc
-        if not _stdlib_json_asked():
-            for imported in _modules_under(code_dir):  # the script and its own modules (code/, code/lib/)
-                _use_fast_json(imported)
+        swaps = _script_swaps(json_too=not _stdlib_json_asked())
+        for imported in _modules_under(code_dir):  # the script and its own modules (code/, code/lib/)
+            _swap_names(imported, swaps)
         _loaded[script] = module
         return module
 
@@ -130,22 +134,34 @@ def _modules_under(folder: Path) -> list[ModuleType]:
             if isinstance(getattr(m, "__file__", None), str) and m.__file__.startswith(root)]
 
 
-def _script_json_module() -> ModuleType:
-    """A module like ``json`` whose ``dumps``/``loads`` are the orjson-backed look-alikes; every
-    other name (``dump``, ``JSONDecodeError``, ``JSONEncoder``, ...) is the standard library's."""
-    module = ModuleType("json", json.__doc__)
-    module.__dict__.update({k: v for k, v in vars(json).items() if k not in ("__name__", "__doc__")})
-    module.dumps, module.loads = dumps_like_stdlib, loads_like_stdlib
+def _script_module(original: ModuleType, replaced: dict[str, Callable]) -> ModuleType:
+    """A module like ``original`` whose names in ``replaced`` are the look-alikes; every other
+    name (``json.dump``, ``json.JSONDecodeError``, ``base64.urlsafe_b64encode``, ...) is the
+    standard library's."""
+    module = ModuleType(original.__name__, original.__doc__)
+    module.__dict__.update({k: v for k, v in vars(original).items() if k not in ("__name__", "__doc__")})
+    module.__dict__.update(replaced)
     return module
 
 
-_SCRIPT_JSON = _script_json_module()
+_SCRIPT_JSON = _script_module(json, {"dumps": dumps_like_stdlib, "loads": loads_like_stdlib})
+_SCRIPT_BASE64 = _script_module(base64, base64like.LOOK_ALIKES)
 
 
-def _use_fast_json(module: ModuleType) -> None:
-    """Point the script's globals that are ``json``, ``json.dumps`` or ``json.loads`` at their
-    look-alikes (the standard library itself is left as it is, for everyone else)."""
-    swaps = {id(json): _SCRIPT_JSON, id(json.dumps): dumps_like_stdlib, id(json.loads): loads_like_stdlib}
+def _script_swaps(*, json_too: bool) -> dict[int, object]:
+    """What a script's global names are pointed at, by the id of what they were: ``base64`` and
+    its encode/decode functions always (the look-alikes give the same bytes and errors), ``json``
+    and ``json.dumps``/``json.loads`` unless ``TFBATCH_STDLIB_JSON`` asks otherwise."""
+    swaps: dict[int, object] = {id(base64): _SCRIPT_BASE64}
+    swaps.update({id(getattr(base64, name)): fast for name, fast in base64like.LOOK_ALIKES.items()})
+    if json_too:
+        swaps.update({id(json): _SCRIPT_JSON, id(json.dumps): dumps_like_stdlib, id(json.loads): loads_like_stdlib})
+    return swaps
+
+
+def _swap_names(module: ModuleType, swaps: dict[int, object]) -> None:
+    """Point the module's globals that are one of the swapped objects at its look-alike (the
+    standard library itself is left as it is, for everyone else)."""
     namespace = vars(module)
     for name, value in list(namespace.items()):
         if id(value) in swaps:  # the very object: both it and the module are alive

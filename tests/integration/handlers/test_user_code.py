@@ -144,6 +144,39 @@ def test_stdlib_json_leaves_a_scripts_json_alone(write_script, tmp_path, monkeyp
     assert module.names() == (json, json, json.dumps, json.loads, json.JSONDecodeError)
 
 
+_BASE64_SCRIPT = """
+    import base64
+    import base64 as b64
+    from base64 import b64encode, b64decode, urlsafe_b64encode
+
+    def input_handler(data, context):
+        return '{"instances": [{"b64": "%s"}]}' % b64encode(data.read()).decode()
+
+    def names():
+        return base64, b64, b64encode, b64decode, urlsafe_b64encode
+"""
+
+
+@pytest.mark.parametrize("stdlib_json", ["", "1"])
+def test_a_scripts_base64_encodes_and_decodes_through_the_look_alikes(write_script, tmp_path, monkeypatch,
+                                                                       stdlib_json):
+    import base64
+
+    from tfbatch.runtime import base64like
+
+    monkeypatch.setenv("TFBATCH_STDLIB_JSON", stdlib_json)  # JSON's switch leaves base64's alone
+    module = load_module(write_script(tmp_path / "code", _BASE64_SCRIPT))
+    mod, alias, encode, decode, urlsafe = module.names()
+    assert mod is alias and mod is not base64  # the script's own name, not the module
+    assert (mod.b64encode, mod.b64decode, encode, decode) == (base64like.b64encode, base64like.b64decode) * 2
+    assert (mod.standard_b64encode, mod.standard_b64decode) == (base64like.standard_b64encode,
+                                                                base64like.standard_b64decode)
+    assert urlsafe is base64.urlsafe_b64encode and mod.encodebytes is base64.encodebytes
+    assert base64.b64encode is not base64like.b64encode  # the standard library itself is untouched
+    image = bytes(range(256)) * 90
+    assert mod.b64decode(mod.b64encode(image).decode()) == image == base64.b64decode(base64.b64encode(image))
+
+
 def test_the_scripts_own_modules_get_the_look_alikes_too(write_script, tmp_path, monkeypatch):
     import json
 
