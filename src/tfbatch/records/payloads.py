@@ -98,7 +98,7 @@ def _multi(records: Iterable[Record], limit: int, source: str) -> Iterator[Paylo
     batch: list[Record] = []
     size = 0
     for record in records:
-        n = len(record.raw)
+        n = record.raw_size
         if record.error is not None or (limit and n > limit):
             if batch:
                 yield _join(batch)
