@@ -106,6 +106,7 @@ def test_binary_round_trip(split_type, recs, chunk):
     assert [r.index for r in out] == list(range(len(recs)))
     # raw is the exact framed bytes, so concatenating raw gives the object back
     assert b"".join(r.raw for r in out) == blob
+    assert [r.raw_size for r in out] == [len(r.raw) for r in out]  # counted without building raw
     offsets = [0]
     for r in out[:-1]:
         offsets.append(offsets[-1] + len(r.raw))
