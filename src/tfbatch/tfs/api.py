@@ -64,6 +64,27 @@ class TfsApi:
         tensors, fmt = found
         return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
+    def written_predict(
+        self, written: tuple[str, Any, str | None], name: str | None = None, version: int | str | None = None
+    ) -> tuple[dict, str, SignatureInfo] | None:
+        """``predict_arrays`` of a request a script's ``json.dumps`` noted as it wrote it
+        (``jsonenc.written_numbers``: its key, its numbers as an array, the signature it names):
+        the array goes to the model without its text being read back. None where the model,
+        version or signature does not resolve or the signature is not one numeric input: the
+        caller then parses the text and goes the general way, which alone names what is wrong.
+        The same tensors either way (``codec.decode_written``, tests/unit/tfs/test_written_numbers.py)."""
+        key, array, named = written
+        try:
+            servable = self.model_server.resolve(name, version)
+            sig = servable.signature(named)  # as TF Serving: None or "" is the default signature
+        except errors.TfbatchError:
+            return None
+        found = codec.decode_written(key, array, sig, self.model_server.settings.max_request_bytes)
+        if found is None:
+            return None
+        tensors, fmt = found
+        return self.model_server.run_signature(servable, sig, tensors), fmt, sig
+
     def classify(self, body: Mapping[str, Any], name: str | None = None, version: int | str | None = None) -> dict:
         servable = self.model_server.resolve(name, version)
         sig = _examples_signature(servable, _signature_name(body), CLASSIFY_METHOD, ("classes", "scores"))
