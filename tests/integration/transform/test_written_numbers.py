@@ -80,6 +80,14 @@ def test_noted_requests_reach_the_model_as_their_text_reads(tmp_path, linear_mod
         np.testing.assert_allclose(got, linear_expected(_rows(seed)), rtol=1e-5, atol=1e-5)
 
 
+# The request of both scripts below: it names serving_default, doubled or a missing signature.
+_NAMED_REQUEST = """
+    seed = int(data.read().decode())
+    rows = (np.random.default_rng(seed).normal(size=(300, 3))).tolist()
+    named = ["serving_default", "doubled", "missing"][seed % 3]
+    text = json.dumps({"signature_name": named, "instances": rows})
+"""
+
 # A request naming its signature, and a script returning its text's bytes: both still noted.
 NAMED_SCRIPT = """
 import json
@@ -87,11 +95,7 @@ import json
 import numpy as np
 
 
-def input_handler(data, context):
-    seed = int(data.read().decode())
-    rows = (np.random.default_rng(seed).normal(size=(300, 3))).tolist()
-    named = ["serving_default", "doubled", "missing"][seed % 3]
-    text = json.dumps({"signature_name": named, "instances": rows})
+def input_handler(data, context):""" + _NAMED_REQUEST + """\
     return text.encode("utf-8") if seed % 2 else text
 
 
@@ -120,14 +124,19 @@ def _two_signatures(path: Path) -> Path:
     return path
 
 
-def test_a_noted_request_runs_the_signature_it_names(tmp_path, with_script, monkeypatch):
+def _named_job(tmp_path: Path, with_script, script: str) -> dict:
+    """run_transform's arguments for ``script`` over nine seeds and the two-signature model."""
     inp = tmp_path / "in"
     inp.mkdir()
     for seed in range(9):
         (inp / f"s{seed}.txt").write_text(str(seed))
     _two_signatures(tmp_path / "model" / "1")
-    archive = with_script(tmp_path, tmp_path / "model", NAMED_SCRIPT)
-    common = dict(model=str(archive), input=str(inp), content_type="text/plain", max_batch_size=4)
+    archive = with_script(tmp_path, tmp_path / "model", script)
+    return dict(model=str(archive), input=str(inp), content_type="text/plain", max_batch_size=4)
+
+
+def test_a_noted_request_runs_the_signature_it_names(tmp_path, with_script, monkeypatch):
+    common = _named_job(tmp_path, with_script, NAMED_SCRIPT)
     monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
     runs = {"workers": run_transform(output=str(tmp_path / "workers"), handler_workers=2, **common),
             "inline": run_transform(output=str(tmp_path / "inline"), handler_workers=0, **common)}
@@ -159,11 +168,7 @@ import requests
 from tfbatch.runtime.jsonenc import written_numbers
 
 
-def handler(data, context):
-    seed = int(data.read().decode())
-    rows = (np.random.default_rng(seed).normal(size=(300, 3))).tolist()
-    named = ["serving_default", "doubled", "missing"][seed % 3]
-    text = json.dumps({"signature_name": named, "instances": rows})
+def handler(data, context):""" + _NAMED_REQUEST + """\
     rows[0][0] = 1e6  # after the text was written: the model must not see it
     response = requests.post(context.rest_uri, data=text.encode("utf-8") if seed % 2 else text)
     if response.status_code != 200:
@@ -174,13 +179,7 @@ def handler(data, context):
 
 
 def test_a_handlers_noted_post_reaches_the_model_as_its_array(tmp_path, with_script, monkeypatch):
-    inp = tmp_path / "in"
-    inp.mkdir()
-    for seed in range(9):
-        (inp / f"s{seed}.txt").write_text(str(seed))
-    _two_signatures(tmp_path / "model" / "1")
-    archive = with_script(tmp_path, tmp_path / "model", HANDLER_SCRIPT)
-    common = dict(model=str(archive), input=str(inp), content_type="text/plain", max_batch_size=4)
+    common = _named_job(tmp_path, with_script, HANDLER_SCRIPT)
     monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
     noted = run_transform(output=str(tmp_path / "noted"), **common)
     monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")  # nothing noted: every text read back
