@@ -222,15 +222,20 @@ def _answer(service: Any, method: str, path: str, body: Any, sent: Any = None) -
         target = parse_path(path, method.upper())
         if target.action in ("status", "metadata"):
             return 200, call_model_server(service.model_server, target, b"")
-        written = written_numbers(body if sent is None else sent) if target.action == "predict" else None
-        if written is not None:
-            found = TfsApi(service.model_server).written_predict(written, target.name, target.version)
-            if found is not None:
-                return 200, jsonenc.dumps(encode_predict(*found, native=True))
         if isinstance(body, str):
             body = body.encode("utf-8")
         elif body is not None and not isinstance(body, bytes):
             body = b"".join(body)  # a generator or file-like body: requests streams it
+        if target.action == "predict":
+            # As the endpoint (rest.call_model_server): a body of numbers alone is read from its
+            # text, or taken as the array its json.dumps noted, before the general way parses it.
+            api = TfsApi(service.model_server)
+            written = written_numbers(body if sent is None else sent)
+            found = None if written is None else api.written_predict(written, target.name, target.version)
+            if found is None and body:
+                found = api.numeric_predict(body, target.name, target.version)
+            if found is not None:
+                return 200, jsonenc.dumps(encode_predict(*found, native=True))
         request = decode_json_object(body or b"", f":{target.action}")
         return 200, service.model_answer(request, target.name, target.version, target.action)
     except TfbatchError as err:

@@ -72,7 +72,8 @@ class TfsApi:
         the array goes to the model without its text being read back. None where the model,
         version or signature does not resolve or the signature is not one numeric input: the
         caller then parses the text and goes the general way, which alone names what is wrong.
-        The same tensors either way (``codec.decode_written``, tests/unit/tfs/test_written_numbers.py)."""
+        The same tensors either way (``codec.decode_written``,
+        tests/integration/transform/test_written_numbers.py)."""
         key, array, named = written
         try:
             servable = self.model_server.resolve(name, version)

@@ -124,11 +124,11 @@ def _two_signatures(path: Path) -> Path:
     return path
 
 
-def _named_job(tmp_path: Path, with_script, script: str) -> dict:
-    """run_transform's arguments for ``script`` over nine seeds and the two-signature model."""
+def _named_job(tmp_path: Path, with_script, script: str, seeds: int = 9) -> dict:
+    """run_transform's arguments for ``script`` over ``seeds`` seeds and the two-signature model."""
     inp = tmp_path / "in"
     inp.mkdir()
-    for seed in range(9):
+    for seed in range(seeds):
         (inp / f"s{seed}.txt").write_text(str(seed))
     _two_signatures(tmp_path / "model" / "1")
     archive = with_script(tmp_path, tmp_path / "model", script)
@@ -158,7 +158,9 @@ def test_a_noted_request_runs_the_signature_it_names(tmp_path, with_script, monk
     assert any(b"missing" in p.read_bytes() for p in errors if p.is_file())  # the error names the signature
 
 
-# A single handler POSTing its noted request to context.rest_uri (the text, or its bytes).
+# A single handler POSTing its noted request to context.rest_uri (the text, or its bytes), and
+# writing back whatever the endpoint answered: its predictions, or its status and error (a
+# missing signature; rows one number too wide for the signature's [None, 3]).
 HANDLER_SCRIPT = """
 import json
 
@@ -168,33 +170,38 @@ import requests
 from tfbatch.runtime.jsonenc import written_numbers
 
 
-def handler(data, context):""" + _NAMED_REQUEST + """\
+def handler(data, context):
+    seed = int(data.read().decode())
+    width = 4 if seed % 4 == 3 else 3
+    rows = (np.random.default_rng(seed).normal(size=(300, width))).tolist()
+    named = ["serving_default", "doubled", "missing"][seed % 3]
+    text = json.dumps({"signature_name": named, "instances": rows})
     rows[0][0] = 1e6  # after the text was written: the model must not see it
     response = requests.post(context.rest_uri, data=text.encode("utf-8") if seed % 2 else text)
-    if response.status_code != 200:
-        raise ValueError(response.content.decode("utf-8"))
     left = written_numbers(text) is not None  # the note is still there unless the answer took it
-    return json.dumps({"note_left": left, "answer": json.loads(response.content)}), "application/json"
+    return json.dumps({"note_left": left, "status": response.status_code,
+                       "answer": response.content.decode("utf-8")}), "application/json"
 """
 
 
 def test_a_handlers_noted_post_reaches_the_model_as_its_array(tmp_path, with_script, monkeypatch):
-    common = _named_job(tmp_path, with_script, HANDLER_SCRIPT)
+    common = _named_job(tmp_path, with_script, HANDLER_SCRIPT, seeds=12)
     monkeypatch.delenv("TFBATCH_STDLIB_JSON", raising=False)
     noted = run_transform(output=str(tmp_path / "noted"), **common)
     monkeypatch.setenv("TFBATCH_STDLIB_JSON", "1")  # nothing noted: every text read back
     stdlib = run_transform(output=str(tmp_path / "stdlib"), **common)
-    for result in (noted, stdlib):
-        assert result.records == 9 and result.failed_records == 3  # the three naming "missing"
+    assert noted.ok and stdlib.ok and noted.records == 12
     outs = _outs(tmp_path / "noted")
-    assert outs == _outs(tmp_path / "stdlib") and len(outs) == 6
-    for seed in range(9):
-        if seed % 3 == 2:
-            continue
+    # the same bytes, errors included, whether the answer took the array or read the text
+    assert outs == _outs(tmp_path / "stdlib") and len(outs) == 12
+    for seed in range(12):
         out = json.loads(outs[f"s{seed}.txt.out"])
-        assert out["note_left"] is False  # the in-process answer took the array
-        rows = np.random.default_rng(seed).normal(size=(300, 3)).astype(np.float32)
-        got = np.array(out["answer"]["predictions"], np.float32)
-        np.testing.assert_array_equal(got, rows * (2.0 if seed % 3 == 1 else 1.0))
-    errors = (tmp_path / "noted" / "_tfbatch").rglob("*")
-    assert any(b"missing" in p.read_bytes() for p in errors if p.is_file())  # the error names the signature
+        assert out["note_left"] is False  # the in-process answer took the note (or nothing was noted)
+        if seed % 3 == 2:
+            assert out["status"] == 404 and "missing" in out["answer"]
+        elif seed % 4 == 3:
+            assert out["status"] == 400 and "3" in out["answer"]  # the width the signature takes
+        else:
+            rows = np.random.default_rng(seed).normal(size=(300, 3)).astype(np.float32)
+            got = np.array(json.loads(out["answer"])["predictions"], np.float32)
+            np.testing.assert_array_equal(got, rows * (2.0 if seed % 3 == 1 else 1.0))

@@ -81,6 +81,25 @@ def test_a_value_the_signature_refuses_gets_the_same_error():
     assert str(fast.value) == str(slow.value)
 
 
+@pytest.mark.parametrize("rows", [1, 300])  # read as lists, or from the text's skeleton
+def test_a_shape_the_signature_refuses_gets_the_general_ways_error(rows):
+    # The text readers put floats straight into a float32 input's dtype; the error names the
+    # dtype of the array coerce refuses, float64 the general way. So they leave such a body to
+    # the general way (None) or raise its very error; a noted request too.
+    value = np.random.default_rng(rows).normal(size=(rows, 4)).tolist()
+    body = json.dumps({"instances": value}).encode()
+    sig = _sig("float32", (None, 3))
+    with pytest.raises(errors.InvalidInput) as slow:
+        decode_predict(json.loads(body), sig)
+    assert "float64 with shape" in str(slow.value)
+    for fast in (lambda: decode_numeric(body, sig),
+                 lambda: decode_written("instances", jsonenc.numbers_array(value, np.float64), sig)):
+        try:
+            assert fast() is None
+        except errors.InvalidInput as exc:
+            assert str(exc) == str(slow.value)
+
+
 @pytest.mark.parametrize("body", [
     b'{"instances": [[1, 2], [3]]}',  # ragged
     b'{"instances": [[1, 2, 3], [4]], "x": 1}',  # another key
