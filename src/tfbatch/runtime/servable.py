@@ -215,11 +215,8 @@ def coerce(value: Any, info: TensorInfo, signature_name: str) -> np.ndarray:
         )
         return errors.InvalidInput(msg + (f" ({reason})" if reason else ""))
 
-    if info.shape is not None:
-        if arr.ndim != len(info.shape) or any(
-            d is not None and d != n for d, n in zip(info.shape, arr.shape)
-        ):
-            raise fail()
+    if not fits_shape(arr.shape, info):
+        raise fail()
     if info.is_string:
         if arr.dtype.kind in "SU":
             return arr.astype(object) if arr.dtype.kind == "S" else _encode_str(arr)
@@ -259,6 +256,14 @@ def coerce(value: Any, info: TensorInfo, signature_name: str) -> np.ndarray:
     elif tkind == "f" and kind == "b":
         raise fail("booleans do not convert to floats")
     return arr.astype(target)
+
+
+def fits_shape(shape: tuple[int, ...], info: TensorInfo) -> bool:
+    """Whether an array of ``shape`` passes ``coerce``'s shape check for ``info`` (its rank, and
+    every dimension the signature fixes)."""
+    expected = info.shape
+    return expected is None or (len(shape) == len(expected) and all(
+        d is None or d == n for d, n in zip(expected, shape)))
 
 
 def _as_array(value: Any) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from tfbatch import errors
-from tfbatch.runtime.servable import coerce
+from tfbatch.runtime.servable import coerce, fits_shape
 from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import SignatureInfo, TensorInfo
 
@@ -100,8 +100,11 @@ def decode_numeric(text: bytes, sig: SignatureInfo, max_bytes: int | None = None
         count *= n
     if max_bytes is not None and count * _itemsize(info.dtype) > max_bytes:
         return None
-    if not _fits(shape, info):
-        return None  # the general way words the error, with the dtype the numbers read as
+    if not fits_shape(shape, info):
+        # The general way words coerce's error, which names the array's dtype: float64 there,
+        # as np.asarray reads the parsed numbers, where these readers put floats straight
+        # into a float32 input's dtype.
+        return None
     # The brackets dropped, the numbers and commas are a JSON list's insides, unless the text
     # was not JSON ("1 2", "[1,]", "[[],[1]]"), which orjson refuses.
     try:
@@ -204,7 +207,7 @@ def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: i
     name, info = one
     if max_bytes is not None and array.size * _itemsize(info.dtype) > max_bytes:
         return None
-    if not _fits(array.shape, info):
+    if not fits_shape(array.shape, info):
         return None  # as decode_numeric: the general way words the error
     if array.dtype.kind == "f":
         # As ``decode_numeric`` reads floats: each double straight into a float input's dtype.
@@ -212,16 +215,6 @@ def decode_written(key: str, array: np.ndarray, sig: SignatureInfo, max_bytes: i
         if dtype is not None and array.dtype != dtype:
             array = array.astype(dtype)
     return {name: coerce(array, info, sig.name)}, (ROW if key == "instances" else COLUMNAR)
-
-
-def _fits(shape: Any, info: TensorInfo) -> bool:
-    """Whether an array of ``shape`` passes ``coerce``'s shape check for ``info``. Where it does
-    not, the numeric readers leave the body to the general way: the error ``coerce`` raises names
-    the array's dtype, and the general way's array is what ``np.asarray`` makes of the parsed
-    numbers (float64), where these readers put floats straight into a float32 input's dtype."""
-    expected = info.shape
-    return expected is None or (len(shape) == len(expected) and all(
-        d is None or d == n for d, n in zip(expected, shape)))
 
 
 def _numeric_input(sig: SignatureInfo) -> tuple[str, TensorInfo] | None:
