@@ -36,7 +36,6 @@ from requests.structures import CaseInsensitiveDict
 
 from tfbatch.errors import TfbatchError, from_exception
 from tfbatch.runtime import jsonenc
-from tfbatch.runtime.jsonenc import written_numbers
 
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1")  # the hosts the loopback endpoints answer on
 _services: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
@@ -216,6 +215,7 @@ def _answer(service: Any, method: str, path: str, body: Any, sent: Any = None) -
     from tfbatch.tfs.codec import encode_predict
     from tfbatch.tfs.rest import call_model_server, decode_json_object, parse_path
 
+    passed = body if sent is None else sent
     try:
         if service is None:
             raise TfbatchError("the model service is gone")
@@ -229,11 +229,7 @@ def _answer(service: Any, method: str, path: str, body: Any, sent: Any = None) -
         if target.action == "predict":
             # As the endpoint (rest.call_model_server): a body of numbers alone is read from its
             # text, or taken as the array its json.dumps noted, before the general way parses it.
-            api = TfsApi(service.model_server)
-            written = written_numbers(body if sent is None else sent)
-            found = None if written is None else api.written_predict(written, target.name, target.version)
-            if found is None and body:
-                found = api.numeric_predict(body, target.name, target.version)
+            found = TfsApi(service.model_server).numeric_predict(body, target.name, target.version, noted=passed)
             if found is not None:
                 return 200, jsonenc.dumps(encode_predict(*found, native=True))
         request = decode_json_object(body or b"", f":{target.action}")

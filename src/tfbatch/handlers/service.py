@@ -256,13 +256,8 @@ class InferenceService:
                 # A body of numbers alone (what a script's json.dumps of a list makes) goes as
                 # the array its json.dumps noted, else is read from its text, as the handler
                 # worker processes do (pool_worker.Worker._numeric).
-                api = TfsApi(self.model_server)
-                written = jsonenc.written_numbers(data)
-                if written is not None:
-                    found = api.written_predict(written, ctx.model_name, ctx.model_version)
-                if found is None:
-                    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-                    found = api.numeric_predict(raw, ctx.model_name, ctx.model_version)
+                raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+                found = TfsApi(self.model_server).numeric_predict(raw, ctx.model_name, ctx.model_version, noted=data)
             if found is not None:
                 from tfbatch.tfs.codec import encode_predict
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tfbatch import errors
+from tfbatch.runtime import jsonenc
 from tfbatch.runtime.signature import CLASSIFY_METHOD, REGRESS_METHOD, SignatureInfo
 from tfbatch.tfs import codec, examples as example_codec
 
@@ -44,13 +45,23 @@ class TfsApi:
         return self.model_server.run_signature(servable, sig, tensors), fmt, sig
 
     def numeric_predict(
-        self, raw: bytes, name: str | None = None, version: int | str | None = None
+        self, raw: bytes, name: str | None = None, version: int | str | None = None, *, noted: Any = None
     ) -> tuple[dict, str, SignatureInfo] | None:
         """``predict_arrays`` of a request body still in bytes, where it is numbers alone for
         the default signature (``codec.decode_numeric``: the array read from the text, with no
         Python object per number); None otherwise, and for a model or version that does not
         resolve: the caller then parses the body and goes the general way, which alone names
-        what is wrong. Both ways give the same tensors (tests/unit/tfs/test_numeric_bodies.py)."""
+        what is wrong. Both ways give the same tensors (tests/unit/tfs/test_numeric_bodies.py).
+
+        ``noted``: the body as a script passed it in this process (its ``str``, or bytes).
+        Where it is the very text the script's ``json.dumps`` noted on this thread
+        (``jsonenc.written_numbers``), the noted array goes to the model and the text is not
+        read at all (``written_predict``)."""
+        if noted is not None:
+            written = jsonenc.written_numbers(noted)
+            found = None if written is None else self.written_predict(written, name, version)
+            if found is not None:
+                return found
         if not isinstance(raw, bytes):
             return None
         try:
