@@ -434,10 +434,7 @@ def _iter_recordio(
                 data = src.take(length)
                 pad = src.take(padded - length) if padded != length else b""
                 if len(data) + len(pad) < padded:
-                    msg = (
-                        f"{at}: truncated RecordIO record (expected {padded} bytes after the header "
-                        f"at byte {part_at}, got {len(data) + len(pad)})"
-                    )
+                    msg = _recordio_truncated(at, padded, part_at, len(data) + len(pad))
                     yield Record.framed(index, offset, header, data, pad, RecordError(msg))
                     return
                 yield Record.framed(index, offset, header, data, pad)
@@ -446,10 +443,7 @@ def _iter_recordio(
             raws.append(header)
             raws.append(body)
             if len(body) < padded:
-                msg = (
-                    f"{at}: truncated RecordIO record (expected {padded} bytes after the header "
-                    f"at byte {part_at}, got {len(body)})"
-                )
+                msg = _recordio_truncated(at, padded, part_at, len(body))
                 parts.append(body[:length])
                 yield _recordio_error(index, offset, parts, raws, b"", msg)
                 return
@@ -467,6 +461,10 @@ def _iter_recordio(
         raw = b"".join(raws)
         yield Record(index, offset, data, raw)
         index += 1
+
+
+def _recordio_truncated(at: str, padded: int, part_at: int, got: int) -> str:
+    return f"{at}: truncated RecordIO record (expected {padded} bytes after the header at byte {part_at}, got {got})"
 
 
 def _recordio_error(
