@@ -10,8 +10,8 @@ Response builders may therefore leave numeric outputs as numpy arrays (``native=
 from __future__ import annotations
 
 import json
+import struct
 import threading
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -414,18 +414,24 @@ def _request_dumps(obj: dict, out: bytes, layout: str) -> str | None:
     array = numbers_array(value, np.int64 if whole else np.float64)
     if array is None:
         return None
-    numbers = out[start:-1]
     if not whole:
         magnitude = np.abs(array)
         if ((magnitude < 1e-4) & (magnitude > 0)).any():
-            numbers = _respelled(numbers)
+            numbers = _respelled(out[start:-1])
             if numbers is None:
                 return None
+            out = out[:start] + numbers + b"}"
+    # orjson's compact text is the standard library's compact text. The spaced one is the
+    # standard library's head and then orjson's text after the head, commas spaced: one
+    # replace, one join and one decode of the ~290 KB (a 64 x 64 x 3 image's floats).
     if layout == "compact":
-        text = "{" + head + '"' + key + '":' + numbers.decode("ascii") + "}"
+        text = out.decode("ascii")
     else:
-        spaced = "" if signature is None else '"signature_name": "' + signature + '", '
-        text = "{" + spaced + '"' + key + '": ' + numbers.replace(b",", b", ").decode("ascii") + "}"
+        spaced = out.replace(b",", b", ")
+        # Where the value starts in ``spaced``: after orjson's head, its commas spaced likewise.
+        at = len(out[:start].replace(b",", b", "))
+        lead = "{" + ("" if signature is None else '"signature_name": "' + signature + '", ') + '"' + key + '": '
+        text = b"".join((lead.encode("ascii"), memoryview(spaced)[at:])).decode("ascii")
     _written.last = (text, key, array, signature)
     return text
 
@@ -459,31 +465,46 @@ def written_numbers(text: Any) -> tuple[str, np.ndarray, str | None] | None:
 
 
 def numbers_array(value: list | tuple, dtype: type) -> np.ndarray | None:
-    """Nested lists (or tuples) of numbers as an array of ``dtype``, or None unless they are
-    rectangular, non-empty, at most ``MAX_NUMBER_DEPTH`` deep, and every number fits ``dtype``.
+    """Nested lists (or tuples) of numbers as an array of ``dtype`` (``np.int64`` or
+    ``np.float64``), or None unless they are rectangular, non-empty, at most
+    ``MAX_NUMBER_DEPTH`` deep, and every number fits ``dtype``.
 
     The caller knows every leaf is an int or a float (not a bool: JSON text with no literal).
-    Each level's lengths are checked before the numbers are read in one flat pass."""
+    Each level is checked and flattened in one pass (``list.extend`` a row: a copy of its
+    pointers), and the leaves are packed into the array by ``struct`` (``d``: each number's
+    double, correctly rounded from an int as NumPy rounds it; ``q``: an int within 64 bits),
+    ~3x sooner than ``np.array`` of the flat list, which first looks for a dtype."""
+    code = _PACK_CODES[np.dtype(dtype)]
     shape: list[int] = []
     rows: Any = [value]  # the lists of one level, each of shape[-1] items once checked
     while True:
         n = len(rows[0])
         if n == 0 or len(shape) == MAX_NUMBER_DEPTH:
             return None
+        shape.append(n)
+        leaves = type(rows[0][0]) not in (list, tuple)
+        flat: list = []
+        extend = flat.extend
         try:
-            if len(rows) > 1 and set(map(len, rows)) != {n}:
-                return None
+            for row in rows:
+                if len(row) != n:
+                    return None
+                extend(row)
         except TypeError:  # a number beside lists at one level
             return None
-        shape.append(n)
-        if type(rows[0][0]) not in (list, tuple):
+        if leaves:
             break
-        rows = list(chain.from_iterable(rows))
+        rows = flat
+    array = np.empty(len(flat), dtype)
     try:
-        array = np.array(list(chain.from_iterable(rows)), dtype=dtype)
-    except (TypeError, ValueError, OverflowError):  # a list below a number; past int64
+        struct.pack_into(f"{len(flat)}{code}", array, 0, *flat)
+    except (struct.error, OverflowError):  # a list below a number; an int past int64
         return None
-    return array.reshape(shape) if array.ndim == 1 else None
+    return array.reshape(shape)
+
+
+# ``struct``'s native codes for the dtypes ``numbers_array`` makes.
+_PACK_CODES = {np.dtype(np.int64): "q", np.dtype(np.float64): "d"}
 
 
 def loads_like_stdlib(s: Any, **kwargs: Any) -> Any:

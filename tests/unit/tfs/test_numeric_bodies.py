@@ -264,7 +264,8 @@ def _note_is_the_lists_as_they_were_written():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.text(max_size=12), st.sampled_from(["serving_default", "predict", "a b", 'say "x"', "tab\t"]),
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["serving_default", "predict", "a b", 'say "x"', "tab\t",
+                                                                  "a,b", "k: v", ", :,", "0.00001"]),
                  st.integers(), st.none()),
        st.booleans(), st.sampled_from([None, (",", ":")]))
 def test_a_request_naming_its_signature_is_noted_with_the_name_where_both_spell_it_alike(name, first, separators):
