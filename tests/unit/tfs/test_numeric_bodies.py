@@ -357,3 +357,45 @@ def test_a_csv_jobs_lines_are_read_together_and_the_odd_ones_alone():
     assert decode_numeric_many(lines[:1], sig) == [ALONE]
     assert decode_numeric_many(lines[:2], _sig("string", (None, 32))) == [None, None]
     assert _many_as_alone([b'{"inputs": [[1.5]]}', b'{"inputs": [[2.5]]}', b'["instances"]'], sig) == 0
+
+
+# ``numbers_array`` (the note's array) packs the leaves with ``struct``: it must give what
+# ``np.array`` of the same lists gives (values, dtype, shape), and None exactly where that
+# fails or is not a rectangular array of numbers (ragged, empty, a list below a number, an int
+# past int64 where the text is whole numbers).
+
+_number_lists = st.recursive(
+    st.one_of(_ints, _floats, st.integers(min_value=2**63 - 2, max_value=2**64 - 1)),
+    lambda inner: st.lists(inner, min_size=0, max_size=4) | st.tuples(inner, inner), max_leaves=24)
+
+
+def _numpy_reading(value, dtype):
+    try:
+        array = np.array(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if array.size == 0 or array.ndim == 0 or array.ndim > jsonenc.MAX_NUMBER_DEPTH:
+        return None
+    return array
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_arrays(), st.lists(_number_lists, min_size=1, max_size=4)), st.sampled_from([np.int64, np.float64]))
+def test_numbers_array_reads_the_lists_as_numpy_does(value, dtype):
+    text = json.dumps(value)
+    if dtype is np.int64 and any(c in text for c in ".eE"):  # the caller asks for int64 where the text is whole
+        dtype = np.float64
+    got, want = jsonenc.numbers_array(value, dtype), _numpy_reading(value, dtype)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None and got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+def test_numbers_array_refuses_what_is_not_one_array_of_numbers():
+    for value in ([[1, 2], [3]], [[1, [2]]], [1, [2]], [[], []], [], [[1.5, 2]], [2**64 - 1], [[[1]], [2]],
+                  [[[1], [2, 3]]]):
+        assert jsonenc.numbers_array(value, np.int64) is None, value
+    assert jsonenc.numbers_array([[1, 2**64 - 1]], np.float64).tolist() == [[1.0, float(2**64 - 1)]]
+    assert jsonenc.numbers_array(((1, 2), (3, 4)), np.int64).shape == (2, 2)
