@@ -497,10 +497,18 @@ def numbers_array(value: list | tuple, dtype: type) -> np.ndarray | None:
         rows = flat
     array = np.empty(len(flat), dtype)
     try:
-        struct.pack_into(f"{len(flat)}{code}", array, 0, *flat)
+        # In slices past _PACK_SLICE numbers, so that the call's argument tuple stays small.
+        for start in range(0, len(flat), _PACK_SLICE):
+            part = flat[start:start + _PACK_SLICE] if len(flat) > _PACK_SLICE else flat
+            struct.pack_into(f"{len(part)}{code}", array, start * array.itemsize, *part)
     except (struct.error, OverflowError):  # a list below a number; an int past int64
         return None
     return array.reshape(shape)
+
+
+# Numbers packed per ``struct`` call (a 512 KB argument tuple at most; a MultiRecord payload's
+# million numbers take 16 calls).
+_PACK_SLICE = 1 << 16
 
 
 # ``struct``'s native codes for the dtypes ``numbers_array`` makes.

@@ -399,3 +399,18 @@ def test_numbers_array_refuses_what_is_not_one_array_of_numbers():
         assert jsonenc.numbers_array(value, np.int64) is None, value
     assert jsonenc.numbers_array([[1, 2**64 - 1]], np.float64).tolist() == [[1.0, float(2**64 - 1)]]
     assert jsonenc.numbers_array(((1, 2), (3, 4)), np.int64).shape == (2, 2)
+
+
+def test_numbers_array_packs_a_payloads_worth_of_numbers_in_slices():
+    # past jsonenc._PACK_SLICE numbers the leaves are packed a slice at a time: every slice
+    # lands where it belongs, and a bad leaf in the last slice still refuses the whole
+    rng = np.random.default_rng(7)
+    count = 2 * jsonenc._PACK_SLICE + 3
+    floats, ints = rng.random((count, 2)), rng.integers(-2**62, 2**62, (count, 2))
+    assert jsonenc.numbers_array(floats.tolist(), np.float64).tobytes() == floats.tobytes()
+    assert jsonenc.numbers_array(ints.tolist(), np.int64).tobytes() == ints.astype(np.int64).tobytes()
+    rows = ints.tolist()
+    rows[-1][1] = 2**64 - 1
+    assert jsonenc.numbers_array(rows, np.int64) is None
+    rows[-1][1] = [1]
+    assert jsonenc.numbers_array(rows, np.float64) is None
