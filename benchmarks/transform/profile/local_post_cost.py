@@ -6,7 +6,10 @@ handler's model call, ``handlers/local_rest.py``), split into its steps, on the 
 The body is one CSV line's request (``{"instances": [[32 floats]]}``, what the bench's
 ``csv-handler-single`` sends per call) or, with ``--rows N``, N such rows. Each step is timed on
 the thread's CPU clock (``time.thread_time_ns``), so the model's batcher thread and TensorFlow's
-threads are not counted; ``whole`` is the call as a script makes it.
+threads are not counted; ``whole`` is the call as a script makes it. The ``ModelServer`` here
+has its default settings, which batch nothing: the model runs on the calling thread and is part
+of ``_answer``'s figure (in a job the batcher's thread runs it for a hop's calls together), so
+``whole`` less ``_answer`` is the ``requests`` side of the call.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ def main() -> None:
     steps = {
         "whole: requests.post": lambda body: requests.post(url, data=body).content,
         "service_for(url)": lambda body: local_rest.service_for(url),
-        "_answer (parse, model, encode)": lambda body: local_rest._answer(service, "POST", path, body.encode(),
+        "_answer (parse, model here, encode)": lambda body: local_rest._answer(service, "POST", path, body.encode(),
                                                                           sent=body),
         "make_response": lambda body: __import__("tfbatch.handlers.service", fromlist=["x"]).make_response(
             200, b'{"predictions": [[0.5]]}', url),
