@@ -61,14 +61,40 @@ def service_for(url: str) -> Any:
     """The registered service a URL names, or None."""
     if not _services:
         return None
+    port = _url_parts(url)[0]
+    return None if port is None else _services.get(port)
+
+
+def _url_parts(url: Any) -> tuple[int | None, str]:
+    """(the port of an ``http://localhost:<port>`` or 127.0.0.1 URL, else None; its path)."""
+    try:
+        return _read_urls[url]
+    except KeyError:
+        parts = _read_url(url)
+        if len(_read_urls) < _READ_URLS_KEPT:
+            _read_urls[url] = parts
+        return parts
+    except TypeError:  # an unhashable URL: requests refuses it later
+        return _read_url(url)
+
+
+def _read_url(url: Any) -> tuple[int | None, str]:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme != "http" or parts.hostname not in _LOOPBACK_HOSTS or port is None:
-        return None
-    return _services.get(port)
+    except (ValueError, TypeError, AttributeError):
+        return None, ""
+    if parts.scheme != "http" or parts.hostname not in _LOOPBACK_HOSTS:
+        return None, parts.path
+    return port, parts.path
+
+
+# Each URL's port and path, as read the first time: a handler calls ``context.rest_uri`` (a
+# few URLs) per record, and splitting it cost ~2.5 us, three times a call. Which service a port
+# has is looked up per call (services come and go). Bounded: a script calling other URLs
+# without end only reads them each time.
+_read_urls: dict[Any, tuple[int | None, str]] = {}
+_READ_URLS_KEPT = 256
 
 
 _sessions = threading.local()
@@ -93,13 +119,20 @@ def _install() -> None:
         return adapter if service_for(url) is not None else original_adapter(self, url)
 
     def request(method, url, **kwargs):
-        if service_for(url) is None:
+        service = service_for(url)
+        if service is None:
             return original_request(method, url, **kwargs)
-        # The thread's Session is plain: session_request answers a plain call directly.
         session = getattr(_sessions, "session", None)
         if session is None:
             session = _sessions.session = requests.Session()
             session.trust_env = False  # no proxy or netrc lookup for a call that stays in process
+        # The thread's Session is plain for good (no auth, params, cookies or hooks: nothing
+        # but this function reaches it, and no answer in process sets a cookie), so a plain
+        # call is answered as session_request would answer it, without its checks.
+        if kwargs.keys() <= _DIRECT_KWARGS and type(session) is requests.Session:
+            response = _direct(service, adapter, method, url, kwargs, session.headers)
+            if response is not None:
+                return response
         return session.request(method=method, url=url, **kwargs)
 
     original_session_request = requests.Session.request
@@ -172,7 +205,7 @@ def _direct(service: Any, adapter: "LocalAdapter", method: str, url: str, kwargs
         content_type = "application/json"
     started = time.perf_counter()
     raw = body.encode("utf-8") if isinstance(body, str) else body  # encoded once: the answer and the length
-    status, content = _answer(service, method.upper(), urlsplit(url).path, raw, sent=body)
+    status, content = _answer(service, method.upper(), _url_parts(url)[1], raw, sent=body)
     prepared = PreparedRequest()
     prepared.method, prepared.url, prepared.body = method.upper(), url, body
     # As Session.prepare_request merges them: the call's headers over the Session's, a header

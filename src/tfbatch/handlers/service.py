@@ -279,9 +279,16 @@ def make_response(status: int, content: bytes, url: str | None) -> requests.Resp
     response.encoding = "utf-8"
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(content))
-    response.reason = requests.status_codes._codes.get(status, ("",))[0].upper().replace("_", " ")
+    reason = _REASONS.get(status)
+    if reason is None:
+        reason = _REASONS[status] = requests.status_codes._codes.get(status, ("",))[0].upper().replace("_", " ")
+    response.reason = reason
     response.url = url or ""
     return response
+
+
+# The reason phrase of each status answered so far (``make_response``).
+_REASONS: dict[int, str] = {}
 
 
 def make_context(req: InvocationRequest, name: str, version: str | None, method: str,

@@ -76,12 +76,16 @@ def test_diverted_calls_answer_as_the_live_endpoint_does(live, method, path, bod
 def test_a_handler_reaches_a_port_nothing_listens_on(write_script, tmp_path, linear_server):
     # Registered but never served: only the in-process answer can reach it.
     port = _free_port()
+    url = f"http://localhost:{port}/v1/models/model:predict"
+    with pytest.raises(requests.ConnectionError):  # before it is registered, requests dials it
+        requests.post(url, data=b"{}", timeout=10)
     handlers = load_handlers(write_script(tmp_path / "code", HANDLER))
     service = InferenceService(linear_server, handlers, rest_port=port)
     from tfbatch.handlers.service import InvocationRequest
 
     reply = service.invoke(InvocationRequest(body=b'{"instances": [[1.0, 2.0, 3.0]]}'))
     assert reply.status == 200, reply.body
+    assert requests.post(url, data=b'{"instances": [[1.0, 2.0, 3.0]]}').status_code == 200  # the same URL, now
     assert len(json.loads(reply.body)["predictions"]) == 1
     with pytest.raises(urllib.error.URLError):  # a client that is not requests still dials it
         _over_http("POST", f"http://localhost:{port}/v1/models/model:predict", b"{}")
