@@ -154,8 +154,8 @@ class DynamicBatcher:
         When the queue is full, wait for room (``block=True``, up to ``timeout`` seconds)
         or raise :class:`errors.Unavailable` at once (``block=False``).
         """
-        arrays, rows = _check_request(inputs, self.name)
-        key = _group_key(arrays)
+        arrays, rows = check_request(inputs, self.name)
+        key = group_key(arrays)
         request = _Request(arrays, rows, Future())
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
@@ -343,7 +343,8 @@ class DynamicBatcher:
                 pass
 
 
-def _check_request(inputs: Mapping[str, Any], name: str) -> tuple[dict[str, np.ndarray], int]:
+def check_request(inputs: Mapping[str, Any], name: str) -> tuple[dict[str, np.ndarray], int]:
+    """(the request's inputs as arrays, its rows), or the InvalidInput ``submit`` raises."""
     if not isinstance(inputs, Mapping) or not inputs:
         raise errors.InvalidInput(f"batcher {name!r}: a request must be a non-empty dict of arrays")
     arrays: dict[str, np.ndarray] = {}
@@ -363,7 +364,8 @@ def _check_request(inputs: Mapping[str, Any], name: str) -> tuple[dict[str, np.n
     return arrays, rows
 
 
-def _group_key(arrays: Mapping[str, np.ndarray]) -> GroupKey:
+def group_key(arrays: Mapping[str, np.ndarray]) -> GroupKey:
+    """Which requests may share a batch: the same input names, dtypes and trailing shapes."""
     return tuple(sorted((k, a.dtype.str, tuple(a.shape[1:])) for k, a in arrays.items()))
 
 

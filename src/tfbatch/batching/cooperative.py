@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_any
 from typing import Any
@@ -208,6 +208,57 @@ def wait(future: Future) -> Any:
     return future.result()
 
 
+class _Gather:
+    """What a call of :func:`run_all` hands its loop in :func:`gathered`."""
+
+    __slots__ = ("key", "payload", "flush")
+
+    def __init__(self, key: Hashable, payload: Any, flush: Callable[[list[Any]], Future]):
+        self.key, self.payload, self.flush = key, payload, flush
+
+
+def gathered(key: Hashable, payload: Any, flush: Callable[[list[Any]], Future]) -> Any:
+    """``flush([payload]).result()[0]``, where a call of :func:`run_all` instead pauses and its
+    loop, once every call under way has paused, calls ``flush`` once for all the payloads its
+    calls gathered under one ``key`` (in the order they came), then resumes each call with its
+    item of the list the future gives, or with the future's exception.
+
+    A hop's calls to the model become one request to the batcher instead of one each: a
+    request costs ~20 us of the hop thread's CPU however many rows it has
+    (``benchmarks/transform/profile/handler-session.md``). ``flush`` runs on the hop's thread
+    between turns; an exception it raises is each gathered call's."""
+    loop = getattr(_local, "loop", None)
+    if loop is None or loop.getcurrent() not in loop.tasks:
+        return flush([payload]).result()[0]
+    ok, value = loop.hub.switch(_Gather(key, payload, flush))
+    if ok:
+        return value
+    raise value
+
+
+def _flush_all(gathering: dict[Hashable, tuple[Callable, list]], groups: dict[Future, list],
+               ready: deque) -> None:
+    """Each key's payloads to its ``flush``: the future it gives joins ``groups`` (its calls
+    resume once it is done); a ``flush`` that raises resumes its calls with the exception."""
+    for flush, members in gathering.values():
+        try:
+            future = flush([payload for _, _, payload in members])
+        except BaseException as exc:  # noqa: BLE001 - each gathered call raises it
+            ready.extend((task, index, (False, exc)) for task, index, _ in members)
+            continue
+        groups.setdefault(future, []).extend((task, index) for task, index, _ in members)
+    gathering.clear()
+
+
+def _resume_group(future: Future, members: list, ready: deque) -> None:
+    try:
+        results = future.result()
+    except BaseException as exc:  # noqa: BLE001 - each gathered call raises it
+        ready.extend((task, index, (False, exc)) for task, index in members)
+        return
+    ready.extend((task, index, (True, result)) for (task, index), result in zip(members, results))
+
+
 def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: Turns) -> list[Any]:
     """``[fn(item) for item in items]``, at most ``limit`` calls under way at once, each
     pausing in :func:`wait`. Time spent in the calls' turns is added to ``turns``.
@@ -222,8 +273,12 @@ def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: T
         raise RuntimeError("run_all inside run_all on one thread")
     results: list[Any] = [None] * len(items)
     loop = _local.loop = _Loop(getcurrent)
-    ready: deque[tuple[Any, int]] = deque()  # (greenlet, index) to switch into
+    # (greenlet, index, what to resume it with: None for a new call or one back from ``wait``,
+    # else (ok, value) for one back from ``gathered``) to switch into
+    ready: deque[tuple[Any, int, Any]] = deque()
     waiting: dict[Future, list[tuple[Any, int]]] = {}
+    gathering: dict[Hashable, tuple[Callable, list]] = {}  # key -> (flush, [(greenlet, index, payload)])
+    groups: dict[Future, list[tuple[Any, int]]] = {}  # a flush's future -> its calls, in order
     paused: set[int] = set()  # indexes of the calls that have paused for the model
     started = 0
     stop = False
@@ -233,21 +288,30 @@ def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: T
             if not ready and not stop and started < len(items) and len(loop.tasks) < limit:
                 task = greenlet(fn)
                 loop.tasks.add(task)
-                ready.append((task, started))
+                ready.append((task, started, None))
                 started += 1
             if not ready:
-                if not waiting:
+                if gathering:
+                    _flush_all(gathering, groups, ready)
+                    continue
+                if not waiting and not groups:
                     break
                 waited = turns.clock()
-                done, _ = wait_any(list(waiting), return_when=FIRST_COMPLETED)
+                done, _ = wait_any([*waiting, *groups], return_when=FIRST_COMPLETED)
                 hop.waited_s += turns.clock() - waited
                 for future in done:
-                    ready.extend(waiting.pop(future))
+                    if future in groups:
+                        _resume_group(future, groups.pop(future), ready)
+                    if future in waiting:
+                        ready.extend((task, index, None) for task, index in waiting.pop(future))
                 continue
-            task, index = ready.popleft()
+            task, index, resume = ready.popleft()
             turns.begin()
             try:
-                out = task.switch(items[index]) if not task else task.switch()
+                if not task:
+                    out = task.switch(items[index])
+                else:
+                    out = task.switch() if resume is None else task.switch(resume)
             finally:
                 finished = task.dead
                 turns.end(finished, index in paused)
@@ -257,7 +321,10 @@ def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: T
                 stop = stop or turns.blocking(hop)
             else:
                 paused.add(index)
-                waiting.setdefault(out, []).append((task, index))
+                if type(out) is _Gather:
+                    gathering.setdefault(out.key, (out.flush, []))[1].append((task, index, out.payload))
+                else:
+                    waiting.setdefault(out, []).append((task, index))
     finally:
         _local.loop = None
         turns.hop_ended(hop)

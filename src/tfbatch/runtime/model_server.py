@@ -12,6 +12,7 @@ import copy
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from tfbatch import errors
 from tfbatch.batching import DynamicBatcher, cooperative
+from tfbatch.batching.batcher import check_request, group_key
 from tfbatch.runtime.servable import Servable
 from tfbatch.runtime.settings import RuntimeSettings
 from tfbatch.runtime.signature import SignatureInfo
@@ -272,6 +274,12 @@ class ModelServer:
         arrays = servable.prepare_inputs(sig.name, inputs)
         batcher = self._batcher(servable, sig) if self.settings.enable_batching and _batchable(sig, arrays) else None
         if batcher is not None:
+            if cooperative.inside():
+                # A single handler's call in its hop's greenlet: the hop's calls go to the
+                # batcher as one request, once each of them waits for the model.
+                arrays, _ = check_request(arrays, batcher.name)
+                return cooperative.gathered((batcher, group_key(arrays)), arrays,
+                                            lambda gathered: _submit_together(batcher, servable, sig.name, gathered))
             # A full queue pushes back on the caller instead of refusing: in a batch job a
             # refused request is lost work, and the HTTP layer bounds waiting time itself.
             try:
@@ -371,3 +379,40 @@ def _batchable(sig: SignatureInfo, arrays: Mapping[str, np.ndarray]) -> bool:
             return False
     sizes = {a.shape[0] for a in arrays.values() if a.ndim}
     return len(sizes) == 1 and all(a.ndim for a in arrays.values()) and sizes != {0}
+
+
+def _submit_together(batcher: DynamicBatcher, servable: Servable, sig_name: str,
+                     gathered: list[dict[str, np.ndarray]]) -> Future:
+    """One batcher request for the inputs of a hop's calls (``cooperative.gathered``; each a
+    checked request of the same group): a future of each call's outputs, in order, its rows
+    of the request's outputs. As ``run_signature`` does for one call, a full queue makes the
+    hop wait, and a version unloaded since its lookup runs unbatched."""
+    rows = [next(iter(arrays.values())).shape[0] for arrays in gathered]
+    inputs = gathered[0] if len(gathered) == 1 else {
+        key: np.concatenate([arrays[key] for arrays in gathered]) for key in gathered[0]}
+    try:
+        future = batcher.submit(inputs, block=True)
+    except errors.Unavailable:
+        if not servable.retired:
+            raise
+        future = Future()
+        try:
+            future.set_result(servable.run_prepared(sig_name, inputs))
+        except Exception as exc:  # noqa: BLE001 - each gathered call raises it
+            future.set_exception(exc)
+    split: Future = Future()
+
+    def deliver(done: Future) -> None:
+        try:
+            outputs = done.result()
+        except BaseException as exc:  # noqa: BLE001 - each gathered call raises it
+            split.set_exception(exc)
+            return
+        pieces, start = [], 0
+        for count in rows:
+            pieces.append({key: value[start:start + count] for key, value in outputs.items()})
+            start += count
+        split.set_result(pieces)
+
+    future.add_done_callback(deliver)
+    return split

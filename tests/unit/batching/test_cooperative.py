@@ -304,3 +304,111 @@ def test_a_turn_under_way_for_long_stops_the_turns_of_other_threads():
     release.set()
     hop.join()
     assert turns.blocking()
+
+
+# ``gathered``: a hop's calls hand their payloads to the loop, which flushes each key's once
+# every call under way has paused, and resumes each call with its own item (or the error).
+
+class Flusher:
+    """A flush that answers from its own thread: each payload times ten, or an error."""
+
+    def __init__(self, fail_on: int | None = None, raise_on: int | None = None):
+        self.flushes: list[list[int]] = []
+        self.fail_on, self.raise_on = fail_on, raise_on
+
+    def __call__(self, payloads: list[int]) -> Future:
+        self.flushes.append(list(payloads))
+        if self.raise_on in payloads:
+            raise ValueError(f"flush refused {self.raise_on}")
+        future: Future = Future()
+
+        def answer():
+            if self.fail_on in payloads:
+                future.set_exception(RuntimeError(f"batch with {self.fail_on} failed"))
+            else:
+                future.set_result([p * 10 for p in payloads])
+
+        threading.Thread(target=answer).start()
+        return future
+
+
+def test_gathered_calls_of_a_hop_reach_their_flush_together_and_get_their_own_answers():
+    flush = Flusher()
+
+    def call(item):
+        return cooperative.gathered("model", item, flush) + 1
+
+    assert run_all(call, list(range(10)), limit=4, turns=Turns()) == [n * 10 + 1 for n in range(10)]
+    assert flush.flushes == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_gathered_keys_flush_apart_and_waits_mix_with_them():
+    by_key = {"a": Flusher(), "b": Flusher()}
+    model = Answerer(count=1)
+
+    def call(item):
+        if item % 3 == 2:
+            return cooperative.wait(model.ask(item))
+        key = "a" if item % 3 == 0 else "b"
+        return cooperative.gathered(key, item, by_key[key])
+
+    assert run_all(call, list(range(9)), limit=9, turns=Turns()) == [n * 10 for n in range(9)]
+    assert by_key["a"].flushes == [[0, 3, 6]] and by_key["b"].flushes == [[1, 4, 7]]
+
+
+def test_a_failed_or_refused_flush_is_each_gathered_calls_error_and_the_hop_goes_on():
+    failing, refusing = Flusher(fail_on=2), Flusher(raise_on=5)
+
+    def call(item):
+        try:
+            return cooperative.gathered("k", item, failing if item < 4 else refusing)
+        except (RuntimeError, ValueError) as exc:
+            return str(exc)
+
+    # items 0-3 share the failing flush's batch; 4-7, the next round, the refusing one
+    got = run_all(call, list(range(8)), limit=4, turns=Turns())
+    assert got == ["batch with 2 failed"] * 4 + ["flush refused 5"] * 4
+    assert failing.flushes == [[0, 1, 2, 3]] and refusing.flushes == [[4, 5, 6, 7]]
+
+
+def test_a_flush_that_raises_resumes_its_calls_with_the_error():
+    refusing = Flusher(raise_on=1)
+
+    def call(item):
+        try:
+            return cooperative.gathered("k", item, refusing)
+        except ValueError as exc:
+            return str(exc)
+
+    assert run_all(call, [0, 1, 2], limit=3, turns=Turns()) == ["flush refused 1"] * 3
+
+
+def test_gathered_outside_a_call_flushes_its_payload_alone():
+    flush = Flusher()
+    assert cooperative.gathered("k", 7, flush) == 70
+    assert flush.flushes == [[7]]
+
+
+def test_a_real_batcher_gets_one_request_for_a_hops_gathered_model_calls():
+    # ModelServer.run_signature in a hop's call: cooperative.gathered with the batcher's
+    # group key; the batcher sees one request of the hop's rows, each call its own rows back
+    from tfbatch.batching.batcher import check_request, group_key
+    from tfbatch.runtime.model_server import _submit_together
+
+    sizes = []
+
+    def run_batch(inputs):
+        sizes.append(len(inputs["x"]))
+        return {"y": inputs["x"] * 2}
+
+    # Run at once when idle: calls submitted one by one would see the first run alone.
+    with DynamicBatcher(run_batch, max_batch_size=64, timeout_s=3600, idle_dispatch=True) as batcher:
+        def call(item):
+            arrays, _ = check_request({"x": np.arange(item % 3 + 1, dtype=np.int64) + 100 * item}, batcher.name)
+            out = cooperative.gathered((batcher, group_key(arrays)), arrays,
+                                       lambda gathered: _submit_together(batcher, None, "s", gathered))
+            return out["y"].tolist()
+
+        got = run_all(call, list(range(8)), limit=8, turns=Turns())
+    assert got == [[2 * (100 * n + k) for k in range(n % 3 + 1)] for n in range(8)]
+    assert sizes == [sum(n % 3 + 1 for n in range(8))]
