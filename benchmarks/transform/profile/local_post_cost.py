@@ -2,6 +2,7 @@
 handler's model call, ``handlers/local_rest.py``), split into its steps, on the calling thread.
 
     python -m benchmarks.transform.profile.local_post_cost --model-dir SAVEDMODEL [--calls 3000]
+        [--requests-side]
 
 The body is one CSV line's request (``{"instances": [[32 floats]]}``, what the bench's
 ``csv-handler-single`` sends per call) or, with ``--rows N``, N such rows. Each step is timed on
@@ -9,7 +10,9 @@ the thread's CPU clock (``time.thread_time_ns``), so the model's batcher thread 
 threads are not counted; ``whole`` is the call as a script makes it. The ``ModelServer`` here
 has its default settings, which batch nothing: the model runs on the calling thread and is part
 of ``_answer``'s figure (in a job the batcher's thread runs it for a hop's calls together), so
-``whole`` less ``_answer`` is the ``requests`` side of the call.
+``whole`` less ``_answer`` is the ``requests`` side of the call. ``--requests-side`` times that
+side alone instead: ``requests.post`` with the in-process answer replaced by a constant one
+(handler-calls.md), 20,000 calls, three times.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, required=True, help="a SavedModel taking [None, 32] floats")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rows", type=int, default=1)
+    parser.add_argument("--requests-side", action="store_true")
     args = parser.parse_args()
 
     import requests
@@ -60,6 +64,14 @@ def main() -> None:
             call(bodies[n % len(bodies)])
         return (time.thread_time_ns() - started) / args.calls / 1e3
 
+    if args.requests_side:
+        local_rest._answer = lambda *a, **k: (200, b'{"predictions": [[0.5]]}')  # this process only
+        args.calls = 20_000
+        for _ in range(3):
+            print(f"requests side of requests.post     {clocked(lambda body: requests.post(url, data=body)):8.2f} us "
+                  "a call (thread CPU)")
+        server.close()
+        return
     path = "/v1/models/model:predict"
     steps = {
         "whole: requests.post": lambda body: requests.post(url, data=body).content,
