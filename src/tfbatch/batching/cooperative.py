@@ -13,7 +13,9 @@ record on the 2-core VM, whose cores stood a third idle
 would block on the model's batcher, :func:`wait` hands control back to the hop's loop instead,
 which starts the next call. Once every running call waits, the loop waits once, for the first
 answer, and then resumes the calls it answered. The batcher sees a hop's calls at once, as it
-did from the threads, without a thread switch per call. The SageMaker container runs handlers
+did from the threads, without a thread switch per call. A call that reaches the model through
+:func:`gathered` (``ModelServer.run_signature`` does) hands its inputs to the loop instead,
+which gives the batcher the inputs of all such calls as one request once each has paused. The SageMaker container runs handlers
 the same way: its default gunicorn workers are gevent's, greenlets on one thread.
 
 A call that blocks elsewhere (on a socket to another service, ``time.sleep``) would hold up
@@ -224,9 +226,10 @@ def gathered(key: Hashable, payload: Any, flush: Callable[[list[Any]], Future]) 
     item of the list the future gives, or with the future's exception.
 
     A hop's calls to the model become one request to the batcher instead of one each: a
-    request costs ~20 us of the hop thread's CPU however many rows it has
-    (``benchmarks/transform/profile/handler-session.md``). ``flush`` runs on the hop's thread
-    between turns; an exception it raises is each gathered call's."""
+    one-row request cost 18-19 us of the hop thread's CPU, a row of a 64-row request 1.4-1.7
+    (``benchmarks/transform/profile/handler-session.md``, ``handler-calls.md``). ``flush`` runs
+    on the hop's thread between turns; an exception it raises is each gathered call's, and so
+    is a list of results that does not have one item per payload."""
     loop = getattr(_local, "loop", None)
     if loop is None or loop.getcurrent() not in loop.tasks:
         return flush([payload]).result()[0]
@@ -253,6 +256,8 @@ def _flush_all(gathering: dict[Hashable, tuple[Callable, list]], groups: dict[Fu
 def _resume_group(future: Future, members: list, ready: deque) -> None:
     try:
         results = future.result()
+        if len(results) != len(members):
+            raise RuntimeError(f"a flush of {len(members)} gathered calls gave {len(results)} results")
     except BaseException as exc:  # noqa: BLE001 - each gathered call raises it
         ready.extend((task, index, (False, exc)) for task, index in members)
         return
@@ -261,7 +266,8 @@ def _resume_group(future: Future, members: list, ready: deque) -> None:
 
 def run_all(fn: Callable[[Any], Any], items: Sequence[Any], limit: int, turns: Turns) -> list[Any]:
     """``[fn(item) for item in items]``, at most ``limit`` calls under way at once, each
-    pausing in :func:`wait`. Time spent in the calls' turns is added to ``turns``.
+    pausing in :func:`wait` or :func:`gathered`. Time spent in the calls' turns is added to
+    ``turns``.
 
     Once ``turns.blocking()``, no further call starts here: the result list then ends early,
     and the caller runs the rest its own way. ``fn`` is expected to catch its own errors; one

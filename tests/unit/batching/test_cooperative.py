@@ -412,3 +412,18 @@ def test_a_real_batcher_gets_one_request_for_a_hops_gathered_model_calls():
         got = run_all(call, list(range(8)), limit=8, turns=Turns())
     assert got == [[2 * (100 * n + k) for k in range(n % 3 + 1)] for n in range(8)]
     assert sizes == [sum(n % 3 + 1 for n in range(8))]
+
+
+def test_a_flush_that_answers_too_few_calls_fails_them_all_instead_of_leaving_one_waiting():
+    def short(payloads):
+        future: Future = Future()
+        future.set_result([p * 10 for p in payloads[:-1]])
+        return future
+
+    def call(item):
+        try:
+            return cooperative.gathered("k", item, short)
+        except RuntimeError as exc:
+            return str(exc)
+
+    assert run_all(call, [1, 2, 3], limit=3, turns=Turns()) == ["a flush of 3 gathered calls gave 2 results"] * 3
