@@ -356,31 +356,29 @@ def test_gathered_keys_flush_apart_and_waits_mix_with_them():
     assert by_key["a"].flushes == [[0, 3, 6]] and by_key["b"].flushes == [[1, 4, 7]]
 
 
-def test_a_failed_or_refused_flush_is_each_gathered_calls_error_and_the_hop_goes_on():
-    failing, refusing = Flusher(fail_on=2), Flusher(raise_on=5)
-
+def _answers_or_errors(flush_for, items: list[int], limit: int) -> list:
+    """run_all of calls that each gather their item under one key (with ``flush_for(item)``,
+    the key's flush where the call is the first of its round), an error's words as its answer."""
     def call(item):
         try:
-            return cooperative.gathered("k", item, failing if item < 4 else refusing)
+            return cooperative.gathered("k", item, flush_for(item))
         except (RuntimeError, ValueError) as exc:
             return str(exc)
 
+    return run_all(call, items, limit=limit, turns=Turns())
+
+
+def test_a_failed_or_refused_flush_is_each_gathered_calls_error_and_the_hop_goes_on():
+    failing, refusing = Flusher(fail_on=2), Flusher(raise_on=5)
     # items 0-3 share the failing flush's batch; 4-7, the next round, the refusing one
-    got = run_all(call, list(range(8)), limit=4, turns=Turns())
+    got = _answers_or_errors(lambda item: failing if item < 4 else refusing, list(range(8)), limit=4)
     assert got == ["batch with 2 failed"] * 4 + ["flush refused 5"] * 4
     assert failing.flushes == [[0, 1, 2, 3]] and refusing.flushes == [[4, 5, 6, 7]]
 
 
 def test_a_flush_that_raises_resumes_its_calls_with_the_error():
     refusing = Flusher(raise_on=1)
-
-    def call(item):
-        try:
-            return cooperative.gathered("k", item, refusing)
-        except ValueError as exc:
-            return str(exc)
-
-    assert run_all(call, [0, 1, 2], limit=3, turns=Turns()) == ["flush refused 1"] * 3
+    assert _answers_or_errors(lambda item: refusing, [0, 1, 2], limit=3) == ["flush refused 1"] * 3
 
 
 def test_gathered_outside_a_call_flushes_its_payload_alone():
@@ -420,10 +418,5 @@ def test_a_flush_that_answers_too_few_calls_fails_them_all_instead_of_leaving_on
         future.set_result([p * 10 for p in payloads[:-1]])
         return future
 
-    def call(item):
-        try:
-            return cooperative.gathered("k", item, short)
-        except RuntimeError as exc:
-            return str(exc)
-
-    assert run_all(call, [1, 2, 3], limit=3, turns=Turns()) == ["a flush of 3 gathered calls gave 2 results"] * 3
+    assert _answers_or_errors(lambda item: short, [1, 2, 3], limit=3) == \
+        ["a flush of 3 gathered calls gave 2 results"] * 3
