@@ -280,17 +280,7 @@ class ModelServer:
                 arrays, _ = check_request(arrays, batcher.name)
                 return cooperative.gathered((batcher, group_key(arrays)), arrays,
                                             lambda gathered: _submit_together(batcher, servable, sig.name, gathered))
-            # A full queue pushes back on the caller instead of refusing: in a batch job a
-            # refused request is lost work, and the HTTP layer bounds waiting time itself.
-            try:
-                future = batcher.submit(arrays, block=True)
-            except errors.Unavailable:
-                if not servable.retired:
-                    raise
-                # The version was unloaded between lookup and submit: it is still in memory.
-                return servable.run_prepared(sig.name, arrays)
-            # A single handler's call in its hop's greenlet lets the hop's other calls run.
-            return cooperative.wait(future)
+            return _submit(batcher, servable, sig.name, arrays).result()
         return servable.run_prepared(sig.name, arrays)
 
     def _batcher(self, servable: Servable, sig: SignatureInfo) -> DynamicBatcher | None:
@@ -381,25 +371,34 @@ def _batchable(sig: SignatureInfo, arrays: Mapping[str, np.ndarray]) -> bool:
     return len(sizes) == 1 and all(a.ndim for a in arrays.values()) and sizes != {0}
 
 
+def _submit(batcher: DynamicBatcher, servable: Servable, sig_name: str, inputs: dict[str, np.ndarray]) -> Future:
+    """The batcher's future for a request. A full queue pushes back on the caller instead of
+    refusing: in a batch job a refused request is lost work, and the HTTP layer bounds waiting
+    time itself. A version unloaded between lookup and submit is still in memory: it runs the
+    request unbatched, its outputs (or its error) in the future."""
+    try:
+        return batcher.submit(inputs, block=True)
+    except errors.Unavailable:
+        if not servable.retired:
+            raise
+    future: Future = Future()
+    try:
+        future.set_result(servable.run_prepared(sig_name, inputs))
+    except Exception as exc:  # noqa: BLE001 - the caller's result() raises it
+        future.set_exception(exc)
+    return future
+
+
 def _submit_together(batcher: DynamicBatcher, servable: Servable, sig_name: str,
                      gathered: list[dict[str, np.ndarray]]) -> Future:
     """One batcher request for the inputs of a hop's calls (``cooperative.gathered``; each a
     checked request of the same group): a future of each call's outputs, in order, its rows
     of the request's outputs. As ``run_signature`` does for one call, a full queue makes the
-    hop wait, and a version unloaded since its lookup runs unbatched."""
+    hop wait, and a version unloaded since its lookup runs unbatched (``_submit``)."""
     rows = [next(iter(arrays.values())).shape[0] for arrays in gathered]
     inputs = gathered[0] if len(gathered) == 1 else {
         key: np.concatenate([arrays[key] for arrays in gathered]) for key in gathered[0]}
-    try:
-        future = batcher.submit(inputs, block=True)
-    except errors.Unavailable:
-        if not servable.retired:
-            raise
-        future = Future()
-        try:
-            future.set_result(servable.run_prepared(sig_name, inputs))
-        except Exception as exc:  # noqa: BLE001 - each gathered call raises it
-            future.set_exception(exc)
+    future = _submit(batcher, servable, sig_name, inputs)
     split: Future = Future()
 
     def deliver(done: Future) -> None:
