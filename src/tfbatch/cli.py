@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import traceback
 from typing import NoReturn, Sequence
@@ -231,7 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The ``tfbatch`` console script and ``python -m tfbatch``: ``main()``, then
-    ``runtime.exit.end`` (no teardown of TensorFlow or Ray). ``main`` returns to its caller."""
+    ``runtime.exit.end`` (no teardown of TensorFlow or Ray). ``main`` returns to its caller.
+
+    Before NumPy is imported, this process and every process it starts get one OpenBLAS thread
+    unless the environment names a count (``runtime.blas.one_blas_thread``)."""
+    from tfbatch.runtime.blas import one_blas_thread
+
+    os.environ.update(one_blas_thread(os.environ))
     code = main()
     from tfbatch.runtime.exit import end
 

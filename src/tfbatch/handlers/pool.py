@@ -38,6 +38,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from tfbatch.handlers import wire
+from tfbatch.runtime.blas import one_blas_thread
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ def worker_env(parent: dict[str, str] | os._Environ) -> dict[str, str]:
     would otherwise open a CUDA context of its own on every visible GPU, each holding device
     memory, and by TensorFlow's default reserve nearly all of it, leaving the model short.
     Hooks that need a GPU can run in the instance's own process (``--handler-workers 0``).
+    NumPy's OpenBLAS gets one thread where the parent's environment names no count
+    (``runtime.blas.one_blas_thread``): the pool has a process per core already.
     """
-    return {**parent, "CUDA_VISIBLE_DEVICES": "-1"}
+    return {**parent, "CUDA_VISIBLE_DEVICES": "-1", **one_blas_thread(parent)}
 
 
 class _Slot:
