@@ -17,8 +17,9 @@ _lock = threading.Lock()
 _applied: tuple[int | None, int | None] | None = None
 
 
-def configure_threads(settings: RuntimeSettings) -> bool:
-    """Set tf.config.threading from ``settings``; True if the wanted sizes are in effect."""
+def configure_threads(settings: RuntimeSettings, *, quiet: bool = False) -> bool:
+    """Set tf.config.threading from ``settings``; True if the wanted sizes are in effect.
+    ``quiet``: where TensorFlow's pools are fixed already, say so at debug level only."""
     global _applied
     wanted = (settings.intra_op_parallelism, settings.inter_op_parallelism)
     if wanted == (None, None):
@@ -40,7 +41,7 @@ def configure_threads(settings: RuntimeSettings) -> bool:
                 tf.config.threading.get_intra_op_parallelism_threads(),
                 tf.config.threading.get_inter_op_parallelism_threads(),
             )
-            log.warning(
+            (log.debug if quiet else log.warning)(
                 "TF thread pools already initialized (intra=%s, inter=%s); cannot apply "
                 "intra_op_parallelism=%s inter_op_parallelism=%s: %s",
                 current[0], current[1], wanted[0], wanted[1], exc,

@@ -192,16 +192,18 @@ class InstanceRunner:
         self._saved_env = {k: os.environ.get(k) for k in env}
 
         settings = runtime_settings(self.spec)
-        if self.host_instances > 1 and settings.intra_op_parallelism is None:
-            # TensorFlow sizes its op pool to every core of the machine; the instances sharing
-            # it each get their share (SAGEMAKER_TFS_INTRA_OP_PARALLELISM still wins).
-            settings = settings.model_copy(update={"intra_op_parallelism": self.cores()})
         os.environ.update(env)  # as build_stack does first: opening the artifact may read it (S3)
         artifact = self._open_artifact()
         handed = False
         try:
             # Thread pools, GPU memory growth and graph rewrites are all fixed when TensorFlow
             # first runs anything, so all three are set here, before the model loads.
+            if settings.intra_op_parallelism is None:  # SAGEMAKER_TFS_INTRA_OP_PARALLELISM wins
+                ours = settings.model_copy(update={"intra_op_parallelism": self.intra_op_threads()})
+                # Where TensorFlow already runs in this process (a notebook's earlier work), its
+                # pools stay as they are, without a warning: the job did not ask for a size.
+                if configure_threads(ours, quiet=True):
+                    settings = ours
             configure_threads(settings)
             gpus = enable_memory_growth()
             self.precision_options = apply_precision(self.spec.precision, gpus)
@@ -349,6 +351,27 @@ class InstanceRunner:
         from tfbatch.runtime.placement import usable_cores
 
         return max(1, usable_cores() // max(1, self.host_instances))
+
+    def intra_op_threads(self) -> int:
+        """TensorFlow's intra-op pool for this instance, where the job names no size: its share
+        of the cores over the hops it runs at once, at least one thread.
+
+        TensorFlow's default is every core of the machine for each op. The dataflow runs at
+        least ``MIN_LANE_THREADS`` hops at once (each its own decode and model call), and the
+        image lane one per core of the share: the cores are filled by hops side by side, and
+        splitting each op across the pool only added hand-offs and spinning threads. With one
+        thread (2-core VM, 2-3 alternating rounds each, the fortieth session): 5,000 JPEGs decoded
+        for a float model 5.38 -> 4.97 s, seed 002's CIFAR job 6.63 -> 6.33 s, MobileNetV2 on
+        400 JPEGs 7.29 -> 6.58 s, 1,000 large photos 4.25 -> 4.00 s, and no shape measured
+        slower (benchmarks/transform/profile/intra-op.md). ``--lane-workers`` and
+        MaxConcurrentTransforms below that count leave fewer hops side by side, and each op
+        then gets more of the cores. Instances sharing a machine each divide their own share.
+        """
+        hops = MIN_LANE_THREADS
+        for bound in (self.spec.lane_workers, self.spec.max_concurrent_transforms):
+            if bound:
+                hops = min(hops, bound)
+        return max(1, self.cores() // hops)
 
     def handler_workers(self) -> int:
         """--handler-workers, else this instance's share of the cores (0: the hooks run in this process)."""

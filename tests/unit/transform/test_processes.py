@@ -319,3 +319,20 @@ def test_the_engine_plans_processes_from_the_listed_bytes():
     big, small = plan(120 * mb), plan(1 * mb)
     assert big[0] == 4 and small[0] == 1
     assert big[1] == small[1] == [f"part-{k:05d}" for k in range(10)]
+
+
+def test_tensorflows_op_pool_is_the_share_of_the_cores_over_the_hops_side_by_side(monkeypatch):
+    # At least MIN_LANE_THREADS hops run at once: the cores are filled by hops, one thread an op.
+    from tfbatch.transform.instance import MIN_LANE_THREADS
+
+    assert MIN_LANE_THREADS == 3
+    for cores, threads in ((1, 1), (2, 1), (4, 1), (5, 1), (8, 2), (16, 5)):
+        monkeypatch.setattr("tfbatch.runtime.placement.usable_cores", lambda *a, n=cores: n)
+        assert InstanceRunner(_spec(), 0).intra_op_threads() == threads, cores
+    monkeypatch.setattr("tfbatch.runtime.placement.usable_cores", lambda *a: 16)
+    # Four instances (or processes) on the machine: each divides its own share.
+    assert InstanceRunner(_spec(instance_count=4), 0).intra_op_threads() == 1
+    # Fewer hops side by side: each op gets more of the share.
+    assert InstanceRunner(_spec(lane_workers=1), 0).intra_op_threads() == 16
+    assert InstanceRunner(_spec(max_concurrent_transforms=2), 0).intra_op_threads() == 8
+    assert InstanceRunner(_spec(max_concurrent_transforms=2, lane_workers=1), 0).intra_op_threads() == 16
