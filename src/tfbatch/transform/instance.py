@@ -360,10 +360,10 @@ class InstanceRunner:
         least ``MIN_LANE_THREADS`` hops at once (each its own decode and model call), and the
         image lane one per core of the share: the cores are filled by hops side by side, and
         splitting each op across the pool only added hand-offs and spinning threads. With one
-        thread (2-core VM, 2-3 alternating rounds each, the fortieth session): 5,000 JPEGs decoded
-        for a float model 5.38 -> 4.97 s, seed 002's CIFAR job 6.63 -> 6.33 s, MobileNetV2 on
-        400 JPEGs 7.29 -> 6.58 s, 1,000 large photos 4.25 -> 4.00 s, and no shape measured
-        slower (benchmarks/transform/profile/intra-op.md). ``--lane-workers`` and
+        thread (2-core VM, trees alternating, 3 rounds): 5,000 JPEGs decoded by TensorFlow ops
+        for a float model 5.21 -> 4.81 s, 1,000 large photos 4.11 -> 3.97 s; eight other jobs,
+        MobileNetV2 among them, within the machine's noise either way
+        (benchmarks/transform/profile/intra-op.md). ``--lane-workers`` and
         MaxConcurrentTransforms below that count leave fewer hops side by side, and each op
         then gets more of the cores. Instances sharing a machine each divide their own share.
         """
