@@ -170,8 +170,8 @@ class InstanceRunner:
         # The cyclic collector waits while the model loads, until _freeze_heap leaves what the
         # load made out of every later collection: each collection during the load walked the
         # few hundred thousand objects TensorFlow's import had just made. Loading seed 002's
-        # CIFAR-10 CNN took 0.67 s of CPU with it and 0.14 s without, and left 108 objects of
-        # cyclic garbage (benchmarks/transform/profile/startup-gc.md).
+        # CIFAR-10 CNN took 0.28-0.67 s of CPU with it and 0.14-0.15 s without, and left 108
+        # objects of cyclic garbage (benchmarks/transform/profile/startup-gc.md).
         paused = gc.isenabled()
         if paused:
             gc.disable()

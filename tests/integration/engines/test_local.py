@@ -75,10 +75,7 @@ def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(t
 
     if usable_cores() < 2:
         pytest.skip("the rule gives a single handler one process below 2 cores")
-    model = tmp_path / "model"
-    shutil.copytree(linear_model, model)
-    (model / "code").mkdir()
-    (model / "code" / "inference.py").write_text(HANDLER)
+    model = _scripted(tmp_path, linear_model, HANDLER)
     inp = tmp_path / "in"
     inp.mkdir()
     for i in range(6):
@@ -90,6 +87,15 @@ def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(t
     big = run_transform(output=str(tmp_path / "big"), **common)
     assert big.ok and big.objects == 6 and big.processes == 2, big.summary()
     assert _outs(tmp_path / "small") == _outs(tmp_path / "big") and len(_outs(tmp_path / "big")) == 6
+
+
+def _scripted(tmp_path: Path, linear_model: Path, script: str) -> Path:
+    """A copy of the linear model's folder with ``script`` as its code/inference.py."""
+    model = tmp_path / "model"
+    shutil.copytree(linear_model, model)
+    (model / "code").mkdir()
+    (model / "code" / "inference.py").write_text(script)
+    return model
 
 
 def _keys(root: Path) -> list[str]:
@@ -157,10 +163,7 @@ def test_an_instance_process_ends_without_tensorflows_teardown_after_its_summary
     # The parent joins its worker processes: each ends as the tfbatch command does
     # (runtime/exit.end), its atexit handlers run, without the interpreter's teardown of
     # TensorFlow's modules, which took 0.5-0.8 s of the job's end. TFBATCH_FULL_EXIT=1 keeps it.
-    model = tmp_path / "model"
-    shutil.copytree(linear_model, model)
-    (model / "code").mkdir()
-    (model / "code" / "inference.py").write_text(EXIT_WATCH)
+    model = _scripted(tmp_path, linear_model, EXIT_WATCH)
     marks = tmp_path / "marks"
     marks.mkdir()
     monkeypatch.setenv("EXIT_MARKS", str(marks))

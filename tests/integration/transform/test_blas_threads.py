@@ -43,13 +43,8 @@ SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("workers, preset", [("1", None), ("0", None), ("1", "2")])
 def test_openblas_gets_one_thread_in_the_commands_processes_unless_the_user_set_a_count(
-        tmp_path, linear_model, workers, preset):
-    import shutil
-
-    model = tmp_path / "model"
-    shutil.copytree(linear_model, model)
-    (model / "code").mkdir()
-    (model / "code" / "inference.py").write_text(SCRIPT)
+        tmp_path, linear_model, with_script, workers, preset):
+    model = with_script(tmp_path, linear_model, SCRIPT)
     inp = tmp_path / "in"
     inp.mkdir()
     (inp / "a.json").write_text("{}")

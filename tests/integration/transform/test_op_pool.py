@@ -30,13 +30,8 @@ SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("case", ["default", "named", "tensorflow ran first"])
-def test_the_intra_op_pool_is_the_jobs_unless_named_or_fixed_already(tmp_path, linear_model, case):
-    import shutil
-
-    model = tmp_path / "model"
-    shutil.copytree(linear_model, model)
-    (model / "code").mkdir()
-    (model / "code" / "inference.py").write_text(SCRIPT)
+def test_the_intra_op_pool_is_the_jobs_unless_named_or_fixed_already(tmp_path, linear_model, with_script, case):
+    model = with_script(tmp_path, linear_model, SCRIPT)
     inp = tmp_path / "in"
     inp.mkdir()
     (inp / "a.json").write_text("{}")
