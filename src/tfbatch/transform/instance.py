@@ -361,7 +361,8 @@ class InstanceRunner:
         image lane one per core of the share: the cores are filled by hops side by side, and
         splitting each op across the pool only added hand-offs and spinning threads. With one
         thread (2-core VM, trees alternating, 3 rounds): 5,000 JPEGs decoded by TensorFlow ops
-        for a float model 5.21 -> 4.81 s, 1,000 large photos 4.11 -> 3.97 s; eight other jobs,
+        for a float model 5.21 -> 4.81 s, each at its own size through a fully convolutional
+        model 14.39 -> 12.29 s, 1,000 large photos 4.11 -> 3.97 s; seven other jobs,
         MobileNetV2 among them, within the machine's noise either way
         (benchmarks/transform/profile/intra-op.md). ``--lane-workers`` and
         MaxConcurrentTransforms below that count leave fewer hops side by side, and each op
