@@ -11,14 +11,12 @@ import pytest
 from tfbatch import errors
 from tfbatch.runtime import ModelServer, RuntimeSettings
 from tfbatch.runtime.model_server import _submit, _submit_together
-from tfbatch.testing.models import make_linear_model
 
 
 @pytest.fixture()
-def server(tmp_path):
-    make_linear_model(tmp_path / "m" / "1")
-    make_linear_model(tmp_path / "m" / "2", seed=1)
-    with ModelServer({"m": {1: tmp_path / "m" / "1", 2: tmp_path / "m" / "2"}},
+def two_versions(linear_v1, linear_v2):
+    """A server of its own over the session's two linear versions: a test unloads one."""
+    with ModelServer({"m": {1: linear_v1, 2: linear_v2}},
                      RuntimeSettings(enable_batching=True, max_batch_size=8)) as srv:
         yield srv
 
@@ -29,7 +27,8 @@ def _looked_up(server: ModelServer, version: int):
     return servable, sig, server._batcher(servable, sig)
 
 
-def test_a_request_on_a_version_unloaded_after_its_lookup_runs_unbatched(server):
+def test_a_request_on_a_version_unloaded_after_its_lookup_runs_unbatched(two_versions):
+    server = two_versions
     x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
     servable, sig, batcher = _looked_up(server, 1)
     expected = servable.run_prepared(sig.name, {"x": x})["y"]
@@ -45,7 +44,8 @@ def test_a_request_on_a_version_unloaded_after_its_lookup_runs_unbatched(server)
         bad.result(timeout=60)
 
 
-def test_a_closed_batcher_of_a_version_still_served_refuses(server):
+def test_a_closed_batcher_of_a_version_still_served_refuses(two_versions):
+    server = two_versions
     servable, sig, batcher = _looked_up(server, 2)
     batcher.close(wait=True)
     assert not servable.retired

@@ -45,19 +45,13 @@ def test_heap_frozen_during_a_job_and_thawed_after(tmp_path, linear_model):
     assert result["after"] == 0 and result["thresholds"] == [900, 11, 12]
 
 
-def test_the_collector_waits_while_the_model_loads_and_runs_again_for_the_job(tmp_path):
+def test_the_collector_waits_while_the_model_loads_and_runs_again_for_the_job(tmp_path, linear_model, with_script):
     """Opening the instance (the model's load, the script's import) runs with the cyclic collector
     off, so its collections do not walk TensorFlow's few hundred thousand new objects again and
     again; it is on again, the load's objects frozen, once the job runs, and after an open that
     failed."""
-    from tfbatch.testing.models import make_linear_model
-
-    artifact, broken = tmp_path / "artifact", tmp_path / "broken"
-    for root in (artifact, broken):
-        make_linear_model(root / "1")
-        (root / "code").mkdir()
-    (broken / "code" / "inference.py").write_text('raise RuntimeError("this script fails at import")\n')
-    (artifact / "code" / "inference.py").write_text(textwrap.dedent("""
+    broken = with_script(tmp_path, linear_model, 'raise RuntimeError("this script fails at import")\n')
+    artifact = with_script(tmp_path, linear_model, """
         import gc
         import json
 
@@ -71,7 +65,7 @@ def test_the_collector_waits_while_the_model_loads_and_runs_again_for_the_job(tm
 
         def output_handler(response, context):
             return json.dumps({"at_import": AT_IMPORT, "in_hook": gc.isenabled()}), "application/json"
-    """))
+    """)
     inp = tmp_path / "in"
     inp.mkdir()
     (inp / "a.json").write_bytes(b"{}")
