@@ -18,8 +18,9 @@
 #    run stopped at its limit still returns what finished). Data is made there
 #    (benchmarks.transform.shape_data makes JPEGs on every core).
 # Locally (a dry run of the steps): SKIP_INSTALL=1 PY=.venv/bin/python OUT=/tmp/o SCALE=0.1 bash $0
-# PROCS_AB=1: first, the job with AB_FLAG (--processes 1 unless set; "--handler-workers 0" runs
-# a script's hooks in each job process) against the default, on 5,000 x SCALE JPEGs (ROUNDS
+# PROCS_AB=1: first, the job with AB_FLAG (--processes 1 unless set, "" for none; "--handler-workers 0"
+# runs a script's hooks in each job process) and AB_ENV (VAR=VALUE ... in its environment, e.g.
+# SAGEMAKER_TFS_INTRA_OP_PARALLELISM=16) against the default, on 5,000 x SCALE JPEGs (ROUNDS
 # rounds, 2 unless set; PROCS_ARCHS the model archives, under models/, to run; NO_DIFF=1 skips
 # comparing the outputs: 50,000 files per model at SCALE=10). Earlier outputs are moved aside,
 # not deleted: files made soon after many deletions cost more (alternate_trees.py).
@@ -59,13 +60,13 @@ if [ -n "$PROCS_AB" ]; then
   for round in $(seq 1 ${ROUNDS:-2}); do
     for arch in ${PROCS_ARCHS:-tiny/model-noscript.tar.gz tiny/model.tar.gz tiny/handler.tar.gz float64/model-noscript.tar.gz}; do
       for P in 1 auto; do
-        flag=""; [ $P = 1 ] && flag="${AB_FLAG:---processes 1}"; o=/tmp/procs-$P
+        flag=""; pre=""; [ $P = 1 ] && flag="${AB_FLAG---processes 1}" && pre="$AB_ENV"; o=/tmp/procs-$P
         mkdir -p /tmp/aside && [ -d $o ] && mv $o /tmp/aside/procs-$P-$round-$(date +%s%N)
         s0=$(date +%s.%N)
-        timeout ${PER_PROCS:-120} $PY -m tfbatch transform --model $WD/models/$arch --input $J --content-type application/x-image \
+        timeout ${PER_PROCS:-120} env $pre $PY -m tfbatch transform --model $WD/models/$arch --input $J --content-type application/x-image \
           --output $o --progress off $flag > /dev/null 2>&1
         s1=$(date +%s.%N)
-        $PY -c "import json,sys; r=json.load(open('$o/_tfbatch/report.json')); print('procs', '$arch', '$flag' or 'default', 'round', $round, 'wall %.2f' % ($s1-$s0), 'objects', r['succeeded'], 'processes', r.get('processes'), 'rec/s', r['records_per_second'])" | tee -a $RES/procs.txt
+        $PY -c "import json,sys; r=json.load(open('$o/_tfbatch/report.json')); print('procs', '$arch', '$flag $pre'.strip() or 'default', 'round', $round, 'wall %.2f' % ($s1-$s0), 'objects', r['succeeded'], 'processes', r.get('processes'), 'rec/s', r['records_per_second'])" | tee -a $RES/procs.txt
       done
       [ -z "$NO_DIFF" ] && [ -d /tmp/procs-1 ] && diff -rq -x _tfbatch /tmp/procs-1 /tmp/procs-auto > /dev/null && echo "procs $arch outputs agree" | tee -a $RES/procs.txt
     done

@@ -1,5 +1,6 @@
 """``threads_summary`` for a job of several processes: py-spy's ``--subprocesses`` profiles,
-each sample split by process role (the job's own process, "parent", or a spawned "worker").
+each sample split by process role (the job's own process, "parent"; a spawned "worker"; or a
+process a worker spawned, "worker's child", e.g. the handler pool's processes).
 
     python -m benchmarks.transform.profile.by_process threads FILE.txt[.gz] [--rate 100]
     python -m benchmarks.transform.profile.by_process gil FILE.txt[.gz] [--rate 100] [--top 25]
@@ -25,7 +26,8 @@ START_UP = ("start-up: imports", "start-up: model load")
 
 def _role(frames: list[str]) -> tuple[str, str]:
     procs = [f for f in frames if f.startswith("process ")]
-    return ("parent" if len(procs) <= 1 else "worker"), (procs[-1].split(":")[0] if procs else "process ?")
+    role = ("parent", "parent", "worker")[len(procs)] if len(procs) < 3 else "worker's child"
+    return role, (procs[-1].split(":")[0] if procs else "process ?")
 
 
 def _state(stack: list[str], states) -> str | None:

@@ -45,7 +45,7 @@ MOVE_SHARE = 0.4
 
 
 class AdaptivePool:
-    """What ``PooledService`` needs of a pool (``size``, ``submit``, ``set_models``), first
+    """What ``PooledService`` needs of a pool (``size``, ``max_size``, ``submit``, ``set_models``), first
     from an ``InlinePool``, then from the ``HandlerPool`` ``workers()`` starts, if the hooks
     turn out to be most of this process's CPU. ``clock`` and ``process_cpu`` are the wall
     and CPU clocks the windows are read with (a test's fake ones)."""
@@ -53,8 +53,9 @@ class AdaptivePool:
     def __init__(self, inline: inline_pool.InlinePool, workers: Callable[[], Any], *,
                  clock: Callable[[], float] = time.monotonic,
                  process_cpu: Callable[[], float] = time.process_time,
-                 move_share: float | None = None, window_s: float = WINDOW_S):
+                 move_share: float | None = None, window_s: float = WINDOW_S, max_size: int = 1):
         self.inline = inline
+        self.max_size = max(1, max_size)  # the most processes ``workers()``'s pool may grow to
         self._workers_factory = workers
         self.clock = clock
         self.process_cpu = process_cpu

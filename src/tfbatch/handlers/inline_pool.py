@@ -95,9 +95,9 @@ def in_process_reason(module: ModuleType, cores: int, *, single_handler: bool = 
 
 
 class InlinePool:
-    """What ``PooledService`` needs of a ``HandlerPool``: ``size``, ``submit``, ``set_models``."""
+    """What ``PooledService`` needs of a ``HandlerPool``: ``size``, ``max_size``, ``submit``, ``set_models``."""
 
-    size = 1
+    size = max_size = 1
 
     def __init__(self, init: dict[str, Any], reason: str = "the script imports TensorFlow"):
         from tfbatch.handlers.pool_worker import Worker

@@ -310,7 +310,8 @@ class InstanceRunner:
                     # decodes images with PIL, say): then in worker processes (adaptive_pool.py).
                     from tfbatch.handlers.adaptive_pool import AdaptivePool
 
-                    self.pool = AdaptivePool(self.pool, lambda: self._handler_pool(init))
+                    self.pool = AdaptivePool(self.pool, lambda: self._handler_pool(init),
+                                             max_size=self.handler_workers())
                 return
         self.pool = self._handler_pool(init)
 
@@ -441,7 +442,11 @@ class InstanceRunner:
             # while the model runs another and a third waits its turn: on the scripted JPEG job
             # 2 threads left the hooks and the model taking turns (20,000 JPEGs, 3 alternating
             # rounds: 10.82-11.33 s -> 10.52-10.83 s; benchmarks/transform/profile/lane-threads.md).
-            pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.size + 1)
+            # Counted for the most processes the pool may grow to, not the ones it starts with:
+            # it grows only while those are busy, and with chunks for two they never were (16
+            # cores, 4 job processes: each pool's 2 processes were busy 55 % of the time, so no
+            # pool grew past 2 of its 4, and 10 of the 16 cores ran; profile/sixteen-cores.md).
+            pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.max_size + 1)
             service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
             from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict, pool_start
 

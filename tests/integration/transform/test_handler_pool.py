@@ -249,3 +249,19 @@ def test_worker_processes_see_no_gpu_and_in_process_hooks_see_the_instances(tmp_
         report = _run(archive, inp, out, workers)
         assert report.succeeded == 4
         assert set(_outputs(out).values()) == {seen.encode()}
+
+
+def test_the_lane_holds_a_chunk_for_each_process_the_pool_may_grow_to(tmp_path, archive, monkeypatch):
+    # The pool starts START_WORKERS processes and grows while they are busy. With chunks in
+    # flight for only those (and one in the model) they never were, so it never grew: 16 cores,
+    # 4 job processes, each pool 2 of its 4 processes, 10 of the 16 cores running
+    # (benchmarks/transform/profile/sixteen-cores.md). Eight cores here, one process.
+    monkeypatch.setattr("tfbatch.runtime.placement.usable_cores", lambda *a: 8)
+    inp = _inputs(tmp_path / "in", count=24)
+    report = _run(archive, inp, tmp_path / "out", None, processes=1)
+    assert report.ok and report.succeeded == 24
+    (stats,) = report.batches.values()
+    assert stats["handler_workers_max"] == 8 and START_WORKERS <= stats["handler_workers"] <= 8, stats
+    assert stats["workers"] == 8 + 1, stats
+    assert _run(archive, inp, tmp_path / "alone", 0).ok
+    assert _outputs(tmp_path / "out") == _outputs(tmp_path / "alone") and len(_outputs(tmp_path / "out")) == 24
