@@ -310,9 +310,15 @@ def processes_for_job(spec: TransformSpec, cores: int, devices: list[list[str]],
     where it was needed and not given). Where the rule (at most ``cap``) gives more than one
     and ``--processes`` is not set, the start of the listing is looked at first: each extra
     process costs a TensorFlow start-up and a model load, so a job with few objects keeps
-    fewer. The listing is still made once. Shared by the local and Ray engines."""
+    fewer. The listing is still made once. Shared by the local and Ray engines.
+
+    With ``--processes N`` the listing's start is looked at too: where it ends there, the
+    processes get the objects by size (``JobInputs.replanned``), not by hash."""
     per = processes_per_instance(spec, cores, devices, single_handler=single_handler)
     if spec.processes is not None:
+        if per > 1:
+            inputs = inputs if inputs is not None else make_inputs()
+            inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
         return per, inputs
     if cap is not None:
         per = min(per, cap)

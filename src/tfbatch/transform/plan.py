@@ -123,13 +123,17 @@ class JobInputs:
     """
 
     def __init__(self, refs: Iterable[ObjectRef], instance_count: int, done=None, on_total=None, *,
-                 page_size: int = DEFAULT_PAGE_SIZE):
+                 page_size: int = DEFAULT_PAGE_SIZE, assigned: dict[str, int] | None = None):
         self.refs, self.instance_count, self.done, self.on_total = refs, max(1, instance_count), done, on_total
         # Keys are assigned a listing page at a time, never more: work starts after the first page.
         self.page_size = page_size
         self.skipped = [0] * self.instance_count
         self.listed = 0
         self.exhausted = False
+        # Where ``peek`` saw the whole listing: its objects still to run, in listing order.
+        self.peeked: list[ObjectRef] | None = None
+        # Objects placed by ``replanned`` (key -> partition); every other key by its hash.
+        self.assigned = assigned
 
     @classmethod
     def for_spec(cls, spec: TransformSpec, done=None, *, page_size: int | None = None, on_total=None) -> "JobInputs":
@@ -137,10 +141,25 @@ class JobInputs:
         return cls(iter_inputs(spec, page_size=size), spec.instance_count, done, on_total, page_size=size)
 
     def replanned(self, instance_count: int) -> "JobInputs":
-        """The same pass (not started yet) assigned to ``instance_count`` instances instead."""
+        """The same pass (not started yet) assigned to ``instance_count`` instances instead.
+
+        Where ``peek`` saw the whole listing and each instance is split into processes
+        (``instance_count`` a multiple of this pass's), the objects still to run are dealt out
+        by size (``balanced``), not by hash: a hash partition of ten TFRecord shards over 4
+        processes gave them 4, 4, 2 and 0 shards (16 cores, profile/sixteen-cores.md), and the
+        job lasted as long as the 4. Each object stays with its instance's processes (its
+        partition modulo the instance count is its hash's), so ``instance_of`` still names it.
+        Many objects (a listing longer than the peek) are dealt by hash as before, which is
+        even enough at that count.
+        """
         if self.listed or self.exhausted:
             raise ValueError("a listing pass already under way cannot be assigned again")
-        return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size)
+        assigned = None
+        if (self.peeked is not None and instance_count > self.instance_count
+                and instance_count % self.instance_count == 0):
+            assigned = balanced(self.peeked, self.instance_count, instance_count // self.instance_count)
+        return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size,
+                         assigned=assigned)
 
     def peek(self, limit: int, seconds: float, clock=time.monotonic) -> "Todo | None":
         """How many objects the job still has to run, and their bytes (as listed; an object of
@@ -172,10 +191,12 @@ class JobInputs:
             return None
         # Objects the ledger records as done do not count (a resumed job may have few left).
         objects = size = 0
+        self.peeked = []
         for page, _i, flags in iter_assigned_pages(seen, 1, self.done):
-            todo = np.flatnonzero(~flags).tolist()
+            todo = [page[j] for j in np.flatnonzero(~flags).tolist()]
+            self.peeked.extend(todo)
             objects += len(todo)
-            size += sum(page[j].size or 0 for j in todo)
+            size += sum(ref.size or 0 for ref in todo)
         return Todo(objects, size)
 
     def __iter__(self) -> Iterator[tuple[int, ObjectRef]]:
@@ -186,8 +207,12 @@ class JobInputs:
         """The same pass a listing page at a time: ``(instance per ref, refs still to run)``."""
         todo = 0
         n = self.instance_count
+        assigned = self.assigned
         for page, instances, flags in iter_assigned_pages(self.refs, n, self.done, page_size=self.page_size):
             self.listed += len(page)
+            if assigned:
+                instances = np.fromiter((assigned.get(ref.key, i) for ref, i in zip(page, instances.tolist())),
+                                        dtype=np.int64, count=len(page))
             if flags.any():
                 for i, count in enumerate(np.bincount(instances[flags], minlength=n).tolist()):
                     self.skipped[i] += count
@@ -198,6 +223,26 @@ class JobInputs:
         self.exhausted = True
         if self.on_total is not None:
             self.on_total(todo)
+
+
+def balanced(refs: list[ObjectRef], instance_count: int, per: int) -> dict[str, int]:
+    """Each of ``refs`` (distinct keys) to one of ``instance_count * per`` partitions, the
+    ``per`` of each instance evened out by listed bytes: largest first, each to the partition
+    of its instance with the fewest bytes so far (then the fewest objects, then the lowest
+    number). An object stays with its hash's instance (partition % instance_count). The same
+    listing always gives the same assignment. Objects of unknown size count 0 bytes, so they
+    even out by number."""
+    total = instance_count * per
+    hashes = partition_hashes([ref.key for ref in refs]).tolist() if refs else []
+    order = sorted(range(len(refs)), key=lambda j: (-(refs[j].size or 0), hashes[j], refs[j].key))
+    load = [(0, 0)] * total  # (bytes, objects) per partition
+    assigned: dict[str, int] = {}
+    for j in order:
+        first = hashes[j] % instance_count
+        part = min(range(first, total, instance_count), key=lambda p: (load[p], p))
+        assigned[refs[j].key] = part
+        load[part] = (load[part][0] + (refs[j].size or 0), load[part][1] + 1)
+    return assigned
 
 
 def _failing(exc: BaseException) -> Iterator[ObjectRef]:

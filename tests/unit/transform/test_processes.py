@@ -224,7 +224,11 @@ def test_a_peek_counts_a_short_listing_and_hands_every_object_out_once():
     two = inputs.replanned(2)  # still not under way: the looked-at objects wait to be handed out
     pairs = list(two)
     assert sorted(r.key for _i, r in pairs) == sorted(r.key for r in refs[1:7] + refs[8:])
-    assert all(i == instance_of(r.key, 2) for i, r in pairs) and sum(two.skipped) == 2 and totals == [248]
+    # The whole listing was seen: the two processes get the same count (equal sizes), not a
+    # hash's share; the done ones are still counted where their hash puts them.
+    assert [sum(1 for i, _r in pairs if i == p) for p in (0, 1)] == [124, 124]
+    assert sum(two.skipped) == 2 and totals == [248]
+    assert [two.skipped[instance_of(k, 2)] >= 1 for k in ("k0", "k7")] == [True, True]
 
 
 def test_a_peek_stops_at_its_limit_without_reading_the_rest():
@@ -336,3 +340,75 @@ def test_tensorflows_op_pool_is_the_share_of_the_cores_over_the_hops_side_by_sid
     assert InstanceRunner(_spec(lane_workers=1), 0).intra_op_threads() == 16
     assert InstanceRunner(_spec(max_concurrent_transforms=2), 0).intra_op_threads() == 8
     assert InstanceRunner(_spec(max_concurrent_transforms=2, lane_workers=1), 0).intra_op_threads() == 16
+
+
+def _shards(sizes: list[int]) -> list[ObjectRef]:
+    return [ObjectRef(f"/in/part-{k:05d}.tfrecord", f"part-{k:05d}.tfrecord", size) for k, size in enumerate(sizes)]
+
+
+def _dealt(refs: list[ObjectRef], instances: int, processes: int, done=None) -> list[tuple[int, ObjectRef]]:
+    inputs = JobInputs(iter(refs), instances, done)
+    assert inputs.peek(10_000, 10.0) is not None
+    return list(inputs.replanned(instances * processes))
+
+
+def test_a_short_listing_is_dealt_to_the_processes_by_size():
+    # Ten equal TFRecord shards on 4 processes: by hash they got 4, 4, 2 and 0 (the sixth
+    # 16-core lease), so the job lasted 4 shards and a process idled; dealt by size, 3, 3, 2, 2.
+    mb = 1024 * 1024
+    shards = _shards([120 * mb] * 10)
+    assert sorted(sum(1 for r in shards if instance_of(r.key, 4) == p) for p in range(4)) == [0, 2, 4, 4]
+    pairs = _dealt(shards, 1, 4)
+    assert sorted(r.key for _i, r in pairs) == [r.key for r in shards]  # each once, in listing order per process
+    assert sorted(sum(1 for i, _r in pairs if i == p) for p in range(4)) == [2, 2, 3, 3]
+    # Uneven sizes: largest first, each to the lightest process; none ends more than the
+    # largest object above another.
+    sizes = [500, 40, 300, 300, 60, 10, 200, 100, 90, 80, 70, 5]
+    pairs = _dealt(_shards(sizes), 1, 3)
+    load = [sum(r.size for i, r in pairs if i == p) for p in range(3)]
+    # By hand: 500 | 300 200 | 300 100 90; then 80, 70, 60, 40, 10, 5 each to the lightest.
+    assert sum(load) == sum(sizes) and sorted(load) == [575, 580, 600], load
+    # The same listing, the same deal (a resumed job plans as the first run did).
+    assert _dealt(_shards(sizes), 1, 3) == pairs
+
+
+def test_the_deal_keeps_each_object_with_its_instance():
+    # Two instances of 2 processes each: an object's partition modulo the instance count is
+    # still its hash's, so instance_of (progress, the console) names the instance that ran it.
+    refs = _shards([1000 - 7 * k for k in range(40)])
+    pairs = _dealt(refs, 2, 2)
+    assert all(i % 2 == instance_of(r.key, 2) for i, r in pairs)
+    for instance in (0, 1):
+        mine = [r for r in refs if instance_of(r.key, 2) == instance]
+        counts = sorted(sum(1 for i, _r in pairs if i == p) for p in (instance, instance + 2))
+        assert sum(counts) == len(mine) and counts[1] - counts[0] <= 1
+
+
+def test_objects_already_done_are_not_dealt_and_long_listings_keep_the_hash():
+    refs = _shards([100] * 12)
+    done = {r.key for r in refs[:5]}
+    inputs = JobInputs(iter(refs), 1, done)
+    assert inputs.peek(100, 10.0) == (7, 700)
+    four = inputs.replanned(4)
+    assert set(four.assigned) == {r.key for r in refs[5:]}
+    pairs = list(four)
+    assert sorted(sum(1 for i, _r in pairs if i == p) for p in range(4)) == [1, 2, 2, 2]
+    assert sum(four.skipped) == 5
+    # A listing longer than the peek: no deal, every object by its hash, as before.
+    many = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(500)]
+    inputs = JobInputs(iter(many), 1, page_size=100)
+    assert inputs.peek(300, 10.0) is None
+    four = inputs.replanned(4)
+    assert four.assigned is None and all(i == instance_of(r.key, 4) for i, r in four)
+
+
+def test_the_flag_also_looks_at_the_listing_so_its_processes_get_a_deal():
+    from tfbatch.engines.local import processes_for_job
+
+    mb = 1024 * 1024
+    refs = _shards([120 * mb] * 10)
+    listed = JobInputs(iter(refs), 1)
+    per, inputs = processes_for_job(_spec(processes=4), 2, [[]], None, lambda: listed)
+    assert per == 4 and inputs is listed and inputs.peeked is not None
+    pairs = list(inputs.replanned(4))
+    assert sorted(sum(1 for i, _r in pairs if i == p) for p in range(4)) == [2, 2, 3, 3]
