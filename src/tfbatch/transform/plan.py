@@ -51,6 +51,9 @@ def iter_inputs(spec: TransformSpec, *, page_size: int | None = None) -> Iterato
 
 
 PAGE = 1024
+# Above this many objects a partition, a short listing is still dealt by hash: the hash's
+# shares are within a few per cent of each other there, and dealing costs Python per object.
+DEAL_MAX_PER_PARTITION = 1000
 
 
 def _pages(refs: Iterable[ObjectRef], size: int = PAGE) -> Iterator[list[ObjectRef]]:
@@ -149,14 +152,15 @@ class JobInputs:
         processes gave them 4, 4, 2 and 0 shards (16 cores, profile/sixteen-cores.md), and the
         job lasted as long as the 4. Each object stays with its instance's processes (its
         partition modulo the instance count is its hash's), so ``instance_of`` still names it.
-        Many objects (a listing longer than the peek) are dealt by hash as before, which is
-        even enough at that count.
+        Many objects (a listing longer than the peek, or more than ``DEAL_MAX_PER_PARTITION``
+        a partition) are dealt by hash as before, which is even enough at that count.
         """
         if self.listed or self.exhausted:
             raise ValueError("a listing pass already under way cannot be assigned again")
         assigned = None
         if (self.peeked is not None and instance_count > self.instance_count
-                and instance_count % self.instance_count == 0):
+                and instance_count % self.instance_count == 0
+                and len(self.peeked) <= DEAL_MAX_PER_PARTITION * instance_count):
             assigned = balanced(self.peeked, self.instance_count, instance_count // self.instance_count)
         return JobInputs(self.refs, instance_count, self.done, self.on_total, page_size=self.page_size,
                          assigned=assigned)

@@ -394,6 +394,12 @@ def test_objects_already_done_are_not_dealt_and_long_listings_keep_the_hash():
     pairs = list(four)
     assert sorted(sum(1 for i, _r in pairs if i == p) for p in range(4)) == [1, 2, 2, 2]
     assert sum(four.skipped) == 5
+    # Many objects a partition: the hash's shares are even enough, no deal.
+    from tfbatch.transform.plan import DEAL_MAX_PER_PARTITION
+
+    plenty = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(2 * DEAL_MAX_PER_PARTITION + 1)]
+    inputs = JobInputs(iter(plenty), 1)
+    assert inputs.peek(10_000, 10.0) is not None and inputs.replanned(2).assigned is None
     # A listing longer than the peek: no deal, every object by its hash, as before.
     many = [ObjectRef(f"/in/k{i}", f"k{i}", 1) for i in range(500)]
     inputs = JobInputs(iter(many), 1, page_size=100)
