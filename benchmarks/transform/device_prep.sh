@@ -3,8 +3,9 @@
 # (what one call carries). Wheels are cp312 manylinux builds (the device's python3 is 3.12) at
 # the versions in .venv; TensorFlow's CPU wheel is split across .dev16/p1..pK and .dev16/last
 # (its last part), the rest go in .dev16/last/whl, the bench models in .dev16/last/models.
-# .dev16 is git-excluded.
-#   bash benchmarks/transform/device_prep.sh [WORKDIR-with-models]
+# .dev16 is git-excluded. Before each call, move aside results copied into the tree since (a
+# part leaves 4 MiB beside the tracked tree).
+#   [MODELS="tiny float64"] bash benchmarks/transform/device_prep.sh [WORKDIR-with-models]
 cd "$(dirname "$0")/../.." || exit 1
 D=.dev16; W=${1:-/tmp/probe/w}
 grep -qx '/.dev16/' .git/info/exclude 2>/dev/null || echo '/.dev16/' >> .git/info/exclude
@@ -25,17 +26,26 @@ for p in pydantic pydantic-core pydantic-settings python-dotenv typing-inspectio
 done
 get $D/last/whl $pkgs || exit 1
 # A call carries the tracked tree too (~10 MB by now, ~7 MB in the fourth lease), so a part is
-# what is left of 64 MiB beside it, less 2 MiB. grpcio and h5py are not carried: the device
+# what is left of 64 MiB beside it, less 4 MiB: results copied back into the tree during a lease
+# (a few MB of JSON and profiles, untracked until committed) travel too, and with 2 MiB spare they
+# pushed a call over the limit in the forty-first session. grpcio and h5py are not carried: the device
 # image has both.
 tree=$(git ls-files -z | du -c -b --files0-from=- | tail -1 | cut -f1)
-part=$(( 64 * 1024 * 1024 - tree - 2 * 1024 * 1024 ))
-(cd $D/tf && split -b $part -d -a 1 *.whl tfpart) || exit 1
-parts=($(ls $D/tf/tfpart* | sort))
-for k in $(seq 0 $(( ${#parts[@]} - 2 ))); do mkdir -p $D/p$((k + 1)) && mv ${parts[$k]} $D/p$((k + 1))/; done
-mv ${parts[-1]} $D/last/
+part=$(( 64 * 1024 * 1024 - tree - 4 * 1024 * 1024 ))
+# Only the models the image shapes use (MODELS, "tiny float64" unless set): a workdir that ran
+# every shape holds ~20 MB more; the bench makes any other model there itself.
+mkdir -p $D/last/models && for m in ${MODELS:-tiny float64}; do cp -r "$W/models/$m" $D/last/models/ || exit 1; done
 sha256sum $D/tf/*.whl | tee $D/last/tf.sha256
-mkdir -p $D/last/models && for m in "$W"/models/*; do [ "$(basename $m)" = cifar ] || cp -r "$m" $D/last/models/; done
+# The wheel's last piece goes with last/ (its wheels and models), sized to fit beside them; the
+# rest in parts of $part bytes, one call each. Names sort in the wheel's order (tfpart0, 1, ...).
+whl=$(ls $D/tf/*.whl); size=$(stat -c %s "$whl"); extra=$(du -s -b $D/last | cut -f1)
+tail=$(( part - extra - 64 * 1024 )); [ $tail -gt $size ] && tail=$size
+[ $tail -gt 0 ] || { echo "$D/last alone ($extra bytes) leaves no room in a part of $part bytes"; exit 1; }
+(cd $D/tf && head -c $(( size - tail )) "$(basename $whl)" | split -b $part -d -a 1 - tfpart) || exit 1
+parts=($(ls $D/tf/tfpart* 2>/dev/null | sort))
+for k in $(seq 0 $(( ${#parts[@]} - 1 ))); do mkdir -p $D/p$((k + 1)) && mv ${parts[$k]} $D/p$((k + 1))/; done
+tail -c $tail "$whl" > $D/last/tfpart${#parts[@]}
 [ $(du -s -b $D/last | cut -f1) -le $part ] || { echo "$D/last is over $part bytes"; exit 1; }
-echo "tree $tree bytes; parts of $part bytes: ${#parts[@]} calls (p1..p$(( ${#parts[@]} - 1 )), then last)"
+echo "tree $tree bytes; parts of $part bytes: $(( ${#parts[@]} + 1 )) calls (p1..p${#parts[@]}, then last)"
 rm -rf $D/tf
 du -sh $D/p*
