@@ -9,8 +9,9 @@
 #    namex, which the ninth session's lease lacked: without Keras the tf.data script's import
 #    was as short as tfbatch's, unlike a real install) at the versions in .venv;
 #    split the TensorFlow wheel into .dev16/p1..pK (tfpart0..) and .dev16/last (its last part;
-#    the other wheels in last/whl, py-spy's among them; the bench models in last/models, and for
-#    bf16 the calibrated MobileNetV2 archive of benchmarks.transform.bf16); .dev16 is git-excluded;
+#    the other wheels in last/whl, py-spy's among them; the bench models in last/models: tiny and
+#    float64 unless MODELS names others, e.g. MODELS="tiny float64 mobilenet_v2-calibrated" for
+#    bf16's calibrated MobileNetV2 of benchmarks.transform.bf16); .dev16 is git-excluded;
 #  - device: calls 1..K carry .dev16/pK and copy its part to /tmp/parts (a carried folder does
 #    not outlive the next call; /tmp on a warm machine does); the last call carries .dev16/last and runs
 #    this script. Each call returns in seconds; the machine stays warm 30 s between calls.
