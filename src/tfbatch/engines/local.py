@@ -127,7 +127,7 @@ class LocalEngine:
         per, inputs = processes_for_job(spec, usable_cores(), devices, inputs, lambda: job_inputs(spec),
                                         single_handler=artifact is not None and single_handler(artifact))
         if per > 1:
-            # Each process is an instance of its own to the rest of the job (its hash partition,
+            # Each process is an instance of its own to the rest of the job (its partition,
             # its journal, its summary); the instance's GPUs, if any were given, go to all of them.
             devices = [d for d in devices for _ in range(per)]
             spec = spec.model_copy(update={"instance_count": spec.instance_count * per})
