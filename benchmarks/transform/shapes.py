@@ -393,7 +393,8 @@ def _tfbatch_batches(out: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return {name: {k: v for k, v in stats.items() if k in ("batch_sizes", "batches", "workers", "lane", "predict",
-                                                          "in_flight_objects", "chosen_by")}
+                                                          "in_flight_objects", "chosen_by", "handler_workers",
+                                                          "handler_workers_max")}
             | {"chosen": (stats.get("autotune") or {}).get("chosen")}
             for name, stats in (report.get("batches") or {}).items()}
 
