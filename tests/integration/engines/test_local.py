@@ -39,7 +39,7 @@ def test_two_instances_partition_by_key_and_match_one_instance(tmp_path, linear_
 
 def test_an_instance_as_two_processes_writes_what_one_process_writes_and_resumes_with_one(tmp_path, linear_model):
     # --processes 2 (the default on 8-11 cores): one instance, two worker processes, each on
-    # its hash partition with its own model, journal and summary.
+    # its partition with its own model, journal and summary.
     inp = tmp_path / "in"
     inp.mkdir()
     for i in range(10):
@@ -51,6 +51,10 @@ def test_an_instance_as_two_processes_writes_what_one_process_writes_and_resumes
     assert one.ok and one.processes == 1 and {name.split(":")[0] for name in one.batches} == {"0"}
     assert two.ok and two.objects == 10 and (two.instances, two.processes) == (1, 2), two.summary()
     assert {name.split(":")[0] for name in two.batches} == {"0", "1"}
+    # Ten objects, a listing the engine saw whole: dealt by size, 5 and 5, where their keys'
+    # hash would have given 2 and 8.
+    assert sorted(sum(1 for k in _keys(inp) if instance_of(k, 2) == p) for p in range(2)) == [2, 8]
+    assert sorted(stats["objects"] for stats in two.batches.values()) == [5, 5], two.batches
     assert _outs(tmp_path / "one") == _outs(tmp_path / "two") and len(_outs(tmp_path / "two")) == 10
     # The ledger is the job's, whatever ran it: the same job with one process finds it all done.
     again = run_transform(output=str(tmp_path / "two"), processes=1, **common)
