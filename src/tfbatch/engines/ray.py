@@ -4,8 +4,10 @@ Same job, same dataflow, same bytes as the local engine: each actor is one insta
 one ``InstanceRunner.run`` over a stream of keys, exactly as a local worker process does
 (model loaded once per actor, GPU-aware via ``num_gpus``). So the batch lanes form batches
 across objects, outputs are written a batch at a time and the ledger commits them in groups
-(ray_actor.py describes the actor's side). Objects go to instance
-``instance_of(key, instance_count)`` as planned.
+(ray_actor.py describes the actor's side). Objects go to the instance the listing pass
+assigns: ``instance_of(key, instance_count)``, or, where an instance is several actors and the
+pass saw the whole listing first, dealt by size among that instance's actors
+(``plan.JobInputs.replanned``).
 
 The driver (this process) lists the input once, lazily (``plan.JobInputs``: the job's own
 pass when the job hands it over, actors never list), and feeds each actor its keys in chunks
