@@ -315,17 +315,13 @@ def processes_for_job(spec: TransformSpec, cores: int, devices: list[list[str]],
     With ``--processes N`` the listing's start is looked at too: where it ends there, the
     processes get the objects by size (``JobInputs.replanned``), not by hash."""
     per = processes_per_instance(spec, cores, devices, single_handler=single_handler)
-    if spec.processes is not None:
-        if per > 1:
-            inputs = inputs if inputs is not None else make_inputs()
-            inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
-        return per, inputs
-    if cap is not None:
+    chosen = spec.processes is not None
+    if cap is not None and not chosen:
         per = min(per, cap)
     if per > 1:
         inputs = inputs if inputs is not None else make_inputs()
         todo = inputs.peek(per * spec.instance_count * MIN_OBJECTS_PER_PROCESS, PEEK_SECONDS)
-        if todo is not None:
+        if todo is not None and not chosen:
             per = min(per, processes_per_instance(spec, cores, devices, single_handler=single_handler,
                                                   objects=todo.objects // spec.instance_count,
                                                   size=todo.bytes // spec.instance_count))

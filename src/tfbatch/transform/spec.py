@@ -77,8 +77,8 @@ class TransformSpec(BaseModel):
     # Batches read, decoded (in the graph) and run at once in the batch lane; None: the
     # autotuner's choice, else one per core (at least 3).
     lane_workers: int | None = Field(default=None, ge=1, le=64)
-    # Worker processes per instance (Ray: actors), each loads the model and runs a hash
-    # partition of the instance's objects; None: one per CORES_PER_PROCESS cores of the
+    # Worker processes per instance (Ray: actors), each loads the model and runs a partition
+    # of the instance's objects (by hash, or dealt by size where the listing was seen whole); None: one per CORES_PER_PROCESS cores of the
     # instance's share (per 2 for a single-handler script) where no GPU is given to it, each
     # extra one only for MIN_OBJECTS_PER_PROCESS objects (engines/local.processes_per_instance).
     processes: int | None = Field(default=None, ge=1, le=64)
