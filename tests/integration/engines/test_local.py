@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -71,7 +70,8 @@ def handler(data, context):
 """
 
 
-def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(tmp_path, linear_model, monkeypatch):
+def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(tmp_path, linear_model, with_script,
+                                                                             monkeypatch):
     # The rule gives a single handler 2 processes from 2 cores, each extra one only for
     # MIN_OBJECTS_PER_PROCESS objects, counted from the start of the listing before they start.
     from tfbatch.engines import local
@@ -79,7 +79,7 @@ def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(t
 
     if usable_cores() < 2:
         pytest.skip("the rule gives a single handler one process below 2 cores")
-    model = _scripted(tmp_path, linear_model, HANDLER)
+    model = with_script(tmp_path, linear_model, HANDLER)
     inp = tmp_path / "in"
     inp.mkdir()
     for i in range(6):
@@ -91,15 +91,6 @@ def test_a_single_handler_gets_a_second_process_only_where_the_job_pays_for_it(t
     big = run_transform(output=str(tmp_path / "big"), **common)
     assert big.ok and big.objects == 6 and big.processes == 2, big.summary()
     assert _outs(tmp_path / "small") == _outs(tmp_path / "big") and len(_outs(tmp_path / "big")) == 6
-
-
-def _scripted(tmp_path: Path, linear_model: Path, script: str) -> Path:
-    """A copy of the linear model's folder with ``script`` as its code/inference.py."""
-    model = tmp_path / "model"
-    shutil.copytree(linear_model, model)
-    (model / "code").mkdir()
-    (model / "code" / "inference.py").write_text(script)
-    return model
 
 
 def _keys(root: Path) -> list[str]:
@@ -162,12 +153,12 @@ def output_handler(response, context):
 
 
 @pytest.mark.parametrize("full", ["1", ""])
-def test_an_instance_process_ends_without_tensorflows_teardown_after_its_summary(tmp_path, linear_model,
+def test_an_instance_process_ends_without_tensorflows_teardown_after_its_summary(tmp_path, linear_model, with_script,
                                                                                   monkeypatch, full):
     # The parent joins its worker processes: each ends as the tfbatch command does
     # (runtime/exit.end), its atexit handlers run, without the interpreter's teardown of
     # TensorFlow's modules, which took 0.5-0.8 s of the job's end. TFBATCH_FULL_EXIT=1 keeps it.
-    model = _scripted(tmp_path, linear_model, EXIT_WATCH)
+    model = with_script(tmp_path, linear_model, EXIT_WATCH)
     marks = tmp_path / "marks"
     marks.mkdir()
     monkeypatch.setenv("EXIT_MARKS", str(marks))
