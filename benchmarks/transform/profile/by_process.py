@@ -26,7 +26,7 @@ START_UP = ("start-up: imports", "start-up: model load")
 
 def _role(frames: list[str]) -> tuple[str, str]:
     procs = [f for f in frames if f.startswith("process ")]
-    role = ("parent", "parent", "worker")[len(procs)] if len(procs) < 3 else "worker's child"
+    role = "parent" if len(procs) <= 1 else "worker" if len(procs) == 2 else "worker's child"
     return role, (procs[-1].split(":")[0] if procs else "process ?")
 
 
