@@ -28,6 +28,9 @@ from tfbatch.transform.report import TRANSIENT_STATUS
 # (InvalidArgumentError) as a 400 for every request in that batch.
 ISOLATE_STATUS = frozenset({400})
 
+# Reruns (retries, isolated requests) sent together by ``Invoker.results``, at most this many to a group.
+RERUN_GROUP = 128
+
 
 class _Isolation:
     """The same service over an unbatched view of its model server (``ModelServer.unbatched``).
@@ -104,8 +107,11 @@ class Invoker:
         """``body`` as a request of the job's content type, or of ``content_type`` when given."""
         return InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
 
-    def submit(self, body: bytes, content_type: str | None = None) -> _Call:
-        return self._submit(_Call(self._request(body, content_type), 0, False))
+    def submit_many(self, bodies: list[tuple[bytes, str | None]]) -> list[_Call]:
+        """Calls for many (body, content type) pairs, submitted at once: see ``_submit_group``.
+        ``result`` and ``results`` apply the same timeouts, retries and isolation to each as to
+        a call submitted alone."""
+        return self._submit_group([_Call(self._request(body, content_type), 0, False) for body, content_type in bodies])
 
     def _submit(self, call: _Call) -> _Call:
         self._slots.acquire()
@@ -117,6 +123,27 @@ class Invoker:
             raise
         call.future.add_done_callback(lambda _f: self._slots.release())
         return call
+
+    def _submit_group(self, calls: list[_Call]) -> list[_Call]:
+        """``calls`` (all isolated or none) answered by one ``invoke_many`` of their service where
+        it has one (a handler pool: one round trip per worker process for all of them, each
+        request still answered alone), else each submitted alone."""
+        if not calls:
+            return calls
+        service = self.isolation.get() if calls[0].isolated else self.service
+        many = getattr(service, "invoke_many", None)
+        if many is None or len(calls) < 2:
+            return [self._submit(call) for call in calls]
+        for call in calls:
+            call.future = Future()
+        self._slots.acquire()
+        try:
+            group = self.pool.submit(self._run_many, calls, many)
+        except BaseException:
+            self._slots.release()
+            raise
+        group.add_done_callback(lambda _f: self._slots.release())
+        return calls
 
     def answered(self, response: InvocationResponse, body: bytes) -> _Call:
         """A call whose first attempt already ran elsewhere (the dataflow's hop): ``result``
@@ -132,22 +159,75 @@ class Invoker:
         call.started = time.monotonic()
         return service.invoke(call.request)
 
+    def _run_many(self, calls: list[_Call], many) -> None:
+        started = time.monotonic()
+        for call in calls:
+            call.started = started
+        try:
+            responses = many([call.request for call in calls], timeout_s=self.timeout_s)
+        except BaseException as exc:  # invoke_many answers every request; should it raise, each call does
+            for call in calls:
+                call.future.set_exception(exc)
+            raise
+        for call, response in zip(calls, responses):
+            call.future.set_result(response)
+
+    def _again(self, call: _Call, response: InvocationResponse) -> _Call | None:
+        """The call to run next for ``response`` (a retry, or the request isolated), or None:
+        the response is final."""
+        if response.status in TRANSIENT_STATUS and call.attempt < self.max_retries:
+            self.retries += 1
+            return _Call(call.request, call.attempt + 1, call.isolated)
+        if response.status in ISOLATE_STATUS or response.status >= 500 and response.status not in TRANSIENT_STATUS:
+            if call.isolated or not self.isolation.needed:
+                return None
+            self.isolations += 1
+            return _Call(call.request, call.attempt, True)
+        return None
+
+    def _backoff(self, attempts: list[int]) -> None:
+        """The pause before a retry's attempt (1, 2, ...); none before an isolated rerun."""
+        if attempts and max(attempts) > 0:
+            time.sleep(self.retry_delay_s * (2 ** (max(attempts) - 1)))
+
     def result(self, call: _Call) -> InvocationResponse:
         """The final response for ``call``, after timeouts, retries and isolation."""
         while True:
             response = self._wait(call)
-            if response.status in TRANSIENT_STATUS and call.attempt < self.max_retries:
-                self.retries += 1
-                time.sleep(self.retry_delay_s * (2**call.attempt))
-                call = self._submit(_Call(call.request, call.attempt + 1, call.isolated))
-                continue
-            if response.status in ISOLATE_STATUS or response.status >= 500 and response.status not in TRANSIENT_STATUS:
-                if call.isolated or not self.isolation.needed:
-                    return response
-                self.isolations += 1
-                call = self._submit(_Call(call.request, call.attempt, True))
-                continue
-            return response
+            again = self._again(call, response)
+            if again is None:
+                return response
+            self._backoff([again.attempt] if again.attempt > call.attempt else [])
+            call = self._submit(again)
+
+    def results(self, calls: list[_Call]) -> list[InvocationResponse]:
+        """``result`` of each call, with the reruns of many sent together: the retries, and the
+        isolated reruns, of one round go as one group each (``_submit_group``). A file of bad
+        records had made a round trip to the handler workers for each failed record, one after
+        another."""
+        out: list[InvocationResponse | None] = [None] * len(calls)
+        current = list(calls)
+        pending = list(enumerate(current))
+        while pending:
+            reruns: list[tuple[int, _Call]] = []
+            for n, call in pending:
+                response = self._wait(call)
+                again = self._again(call, response)
+                if again is None:
+                    out[n] = response
+                else:
+                    reruns.append((n, again))
+            retried = [again.attempt for n, again in reruns if again.attempt > current[n].attempt]
+            self._backoff(retried)
+            pending = []
+            for isolated in (False, True):
+                group = [(n, again) for n, again in reruns if again.isolated is isolated]
+                for start in range(0, len(group), RERUN_GROUP):
+                    part = group[start:start + RERUN_GROUP]
+                    pending += zip((n for n, _ in part), self._submit_group([again for _, again in part]))
+            for n, again in pending:
+                current[n] = again
+        return out  # type: ignore[return-value]
 
     def _wait(self, call: _Call) -> InvocationResponse:
         assert call.future is not None

@@ -59,6 +59,9 @@ _Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 # A payload, its first answer (None: it never reached the model) and the error that kept it from it.
 Answer = tuple[Payload, InvocationResponse | None, TfbatchError | None]
 
+# Records of a failed payload sent again alone, at most this many to one hop of the service.
+RERUN_HOP = 128
+
 MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
 
 
@@ -137,7 +140,8 @@ class ObjectPipeline:
         Each answer goes through the same retries, isolation, per-record reruns, error lines
         and assembly, so only what failed runs again.
         """
-        return self._run(ref, had_error_file, contextlib.nullcontext, lambda _: self._entries(answered))
+        return self._run(ref, had_error_file, contextlib.nullcontext,
+                         lambda _: self._settled(list(self._entries(answered))))
 
     def stream(self, ref: ObjectRef, answers: Callable[..., Iterable[Answer]], *,
                had_error_file: bool = False) -> ObjectResult:
@@ -160,6 +164,17 @@ class ObjectPipeline:
             else:
                 # Retried or isolated with the body the model was sent: after the InputFilter.
                 yield payload, self.invoker.answered(response, self.request_body(payload)), None
+
+    def _settled(self, entries: list[_Entry]) -> list[_Entry]:
+        """``entries`` with each call replaced by its final answer, the retries and isolated
+        reruns of all of them sent together (``Invoker.results``), not one after another."""
+        waiting = [n for n, entry in enumerate(entries) if type(entry[1]) is _Call]
+        if not waiting:
+            return entries
+        finals = self.invoker.results([entries[n][1] for n in waiting])  # type: ignore[misc]
+        for n, response in zip(waiting, finals):
+            entries[n] = (entries[n][0], _Final(response), None)
+        return entries
 
     def _run(self, ref: ObjectRef, had_error_file: bool, opener, entries) -> ObjectResult:
         started = time.monotonic()
@@ -221,15 +236,26 @@ class ObjectPipeline:
         if pending:
             yield from _coalesce(pending)
 
-    def _start(self, payload: Payload) -> _Entry:
-        """The payload's call, submitted now (a record run alone after its payload failed)."""
-        if payload.error is not None:
-            return payload, None, payload.error
-        try:
-            body = self.request_body(payload)
-        except TfbatchError as exc:
-            return payload, None, exc
-        return payload, self.invoker.submit(body, payload.content_type), None
+    def _start_many(self, payloads: list[Payload]) -> list[_Entry]:
+        """The payloads' calls, submitted now (records run alone after their payload failed),
+        RERUN_HOP to a hop of the service: a payload of 3,000 CSV lines with one bad line had
+        made 3,000 round trips to the handler workers, one a line, and a file with a bad line
+        in every payload ran 15-20x slower than a clean one."""
+        entries: list = [None] * len(payloads)
+        bodies: list[tuple[int, bytes, str | None]] = []
+        for n, payload in enumerate(payloads):
+            if payload.error is not None:
+                entries[n] = (payload, None, payload.error)
+                continue
+            try:
+                bodies.append((n, self.request_body(payload), payload.content_type))
+            except TfbatchError as exc:
+                entries[n] = (payload, None, exc)
+        for start in range(0, len(bodies), RERUN_HOP):
+            hop = bodies[start:start + RERUN_HOP]
+            for (n, _, _), call in zip(hop, self.invoker.submit_many([(body, ct) for _, body, ct in hop])):
+                entries[n] = (payloads[n], call, None)
+        return entries
 
     def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
                 assembler: Assembler) -> None:
@@ -289,8 +315,7 @@ class ObjectPipeline:
         """A failed MultiRecord payload again, one record per request, so one bad record costs
         one; the records of a joined payload as SingleRecord sends them (framing stripped)."""
         singles = [Payload([r], r.data if joined else r.raw, r.error) for r in records]
-        started = [self._start(p) for p in singles]
-        for entry in started:
+        for entry in self._settled(self._start_many(singles)):
             self._finish(*entry, state, assembler)
 
     def request_body(self, payload: Payload) -> bytes:

@@ -163,3 +163,32 @@ def test_invocations_timeout(tmp_path, slow_model, with_script):
         assert sorted(p.name for p in calls.iterdir()) == ["started-0", "started-1"]
     finally:
         (calls / "release").touch()
+
+
+@pytest.mark.parametrize("strategy", ["MultiRecord", "SingleRecord"])
+def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linear_model, strategy):
+    # Every 50th line has a text cell: each request that holds one fails (a MultiRecord payload,
+    # or SingleRecord lines joined into one request), and its records run again alone. They
+    # had gone to the handler workers one round trip each (a hop per record, one after another).
+    inp, out, clean_out = tmp_path / "in", tmp_path / "out", tmp_path / "clean-out"
+    rows = [f"{i},{i % 7},{i % 5}" for i in range(600)]
+    bad = {n for n in range(600) if n % 50 == 7}
+    inp.mkdir()
+    (inp / "t.csv").write_text("".join((r.replace(",", ",oops,", 1) if n in bad else r) + "\n"
+                                       for n, r in enumerate(rows)))
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "clean" / "t.csv").write_text("".join(r + "\n" for r in rows))
+    args = dict(model=str(linear_model), split_type="Line", batch_strategy=strategy, content_type="text/csv",
+                assemble_with="Line")
+    report = run_transform(input=str(inp), output=str(out), **args)
+    run_transform(input=str(tmp_path / "clean"), output=str(clean_out), **args)
+    assert report.records == 600 and report.failed_records == len(bad)
+    got, want = (out / "t.csv.out").read_text().splitlines(), (clean_out / "t.csv.out").read_text().splitlines()
+    assert len(got) == 600
+    for n, line in enumerate(got):
+        if n in bad:
+            assert json.loads(line)["record"] == n and "string" in json.loads(line)["error"]
+        else:
+            np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
+    (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
+    assert stats["predict"] == "handler-pool" and stats["hops"] < 60, stats["hops"]
