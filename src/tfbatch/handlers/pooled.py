@@ -8,16 +8,18 @@ way and are decoded or encoded once, in the worker.
 
 ``invoke_many`` takes a whole batch of requests: one hop per worker for the input step,
 one model call for every request that decoded to the same signature (split back per
-request), one hop per worker for the output step. If the joint model call fails, each
-request runs alone, so a bad record fails only itself, with its own error. ``invoke`` (one
-request, from the per-object path's invocation threads) goes through the model server's
-dynamic batcher instead, as before.
+request), one hop per worker for the output step. If the joint model call fails, the
+requests are halved and each half called jointly again, down to requests run alone, so a bad
+record fails only itself, with its own error. Every model call here is direct, not through
+the model server's dynamic batcher, but a request alone in its hop's (which the batcher cuts to
+MaxBatchSize rows a call). ``invoke`` is ``invoke_many`` of one request.
 """
 
 from __future__ import annotations
 
 import logging
 import pickle
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -33,6 +35,9 @@ from tfbatch.handlers.service import InferenceService, InvocationRequest, Invoca
 from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
+
+# Parts of a failed joint call at or below this many run alone instead of being halved again.
+HALVES_MIN_PARTS = 2
 
 
 def script_init(script: Any, max_image_pixels: int, grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB) -> dict:
@@ -56,6 +61,15 @@ class PooledService:
     def __init__(self, service: InferenceService, pool: HandlerPool):
         self.service = service
         self.pool = pool
+        # For the job's report: joint model calls that failed (a bad request among them), and
+        # the requests of those that then ran alone.
+        self._counts_lock = threading.Lock()
+        self.failed_joint_calls = 0
+        self.requests_run_alone = 0
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"failed_joint_calls": self.failed_joint_calls, "requests_run_alone": self.requests_run_alone}
 
     # What the Invoker and the lanes read from a service.
     handlers = property(lambda self: self.service.handlers)
@@ -133,22 +147,36 @@ class PooledService:
             elif kind == "json":
                 out[n] = (where, self._json(items[n], result[1]))
         for (name, version, sig_name, fmt, layout), parts in groups.items():
-            joint = self._joint(name, version, sig_name, [tensors for _, _, tensors in parts]) \
-                if layout is not None and (len(parts) > 1 or parts[0][1] is not None) else None
+            tried = layout is not None and (len(parts) > 1 or parts[0][1] is not None)
+            joint = self._joint(name, version, sig_name, [tensors for _, _, tensors in parts]) if tried else None
+            if tried and joint is None:
+                self._after_failed_joint(name, version, sig_name, fmt, parts, firsts, out)
+                continue
             for i, (members, sizes, tensors) in enumerate(parts):
                 where = firsts[members[0]][0]
-                if joint is not None:
-                    if sizes is None:
-                        out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
-                        continue
+                if joint is None:  # a request alone in its group, through the batcher
+                    out[members[0]] = (where, self._alone(name, version, sig_name, fmt, tensors))
+                elif sizes is None:
+                    out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
+                else:
                     out[members[0]] = (where, (OUTPUTS_RUN, (joint[i], sizes, fmt, version, sig_name)))
                     for m in members[1:]:
                         out[m] = (where, (IN_RUN, None))
-                    continue
-                # Each request alone: one that fails gets its own error, as in invoke.
-                for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes)):
-                    out[m] = (where, self._alone(name, version, sig_name, fmt, part))
         return out
+
+    def _after_failed_joint(self, name, version, sig_name, fmt, parts, firsts, out: dict[int, tuple]) -> None:
+        """Every request of ``parts`` (a run cut back into its requests) once their joint call
+        failed: in halves called jointly again (:meth:`_halves`), the rest alone, so a bad
+        request fails only itself, with its own error, as in invoke."""
+        flat = [(m, firsts[members[0]][0], part) for members, sizes, tensors in parts
+                for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes))]
+        rows = self._halves(name, version, sig_name, [part for _, _, part in flat])
+        alone = sum(got is None for got in rows)
+        with self._counts_lock:
+            self.requests_run_alone += alone
+        for (m, where, part), got in zip(flat, rows):
+            out[m] = (where, ("outputs", (got, fmt, version, sig_name)) if got is not None
+                      else self._alone(name, version, sig_name, fmt, part, direct=True))
 
     def _json(self, item: tuple, body: dict) -> tuple:
         from tfbatch.tfs.api import TfsApi
@@ -159,14 +187,37 @@ class PooledService:
         except TfbatchError as err:
             return ("error", (err.status, err.to_json()))
 
-    def _alone(self, name, version, sig_name, fmt, tensors) -> tuple:
+    def _alone(self, name, version, sig_name, fmt, tensors, *, direct: bool = False) -> tuple:
+        """One request's model call on its own: its answer or error is its own.
+
+        ``direct``: after a joint call that held this request failed, not through the dynamic
+        batcher (the joint call ran its rows and more in one call already). Through the
+        batcher, each request of such a hop (one truncated JPEG among 64) waited out a batch
+        window, one after another. A request alone in its hop goes through the batcher, which
+        cuts a request of many rows to MaxBatchSize per call."""
         server = self.service.model_server
         try:
             servable = server.resolve(name, version)
-            outputs = server.run_signature(servable, servable.signature(sig_name), tensors)
+            outputs = servable.run(sig_name, tensors) if direct else \
+                server.run_signature(servable, servable.signature(sig_name), tensors)
         except TfbatchError as err:
             return ("error", (err.status, err.to_json()))
         return ("outputs", (outputs, fmt, version, sig_name))
+
+    def _halves(self, name, version, sig_name, requests: list[dict]) -> list[dict | None]:
+        """Each request's rows where a joint call of a half it is in succeeds (a half that fails
+        is halved again), None for one left to run alone: one bad request among 64 costs about
+        two calls a halving, not 64. Where most requests are bad, about twice as many calls as
+        requests, each of few rows (10 % bad JPEGs, tiny model decoding in its graph: as fast
+        as running every request alone)."""
+        if len(requests) <= HALVES_MIN_PARTS:
+            return [None] * len(requests)
+        middle = len(requests) // 2
+        out: list[dict | None] = []
+        for half in (requests[:middle], requests[middle:]):
+            joint = self._joint(name, version, sig_name, half)
+            out += joint if joint is not None else self._halves(name, version, sig_name, half)
+        return out
 
     def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
         """One model call for many requests' tensors, split back; None if it fails or cannot be split."""
@@ -178,6 +229,8 @@ class PooledService:
             outputs = servable.run(sig_name, joined)
         except Exception as exc:  # noqa: BLE001 - every request runs alone and gets its own error
             log.debug("joint model call of %d requests failed (%s); each runs alone", len(requests), exc)
+            with self._counts_lock:
+                self.failed_joint_calls += 1
             return None
         total = sum(sizes)
         arrays = {k: np.asarray(v) for k, v in outputs.items()}

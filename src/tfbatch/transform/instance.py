@@ -447,7 +447,9 @@ class InstanceRunner:
             # cores, 4 job processes: each pool's 2 processes were busy 55 % of the time, so no
             # pool grew past 2 of its 4, and 10 of the 16 cores ran; profile/sixteen-cores.md).
             pool, threads = self.pool, max(MIN_LANE_THREADS, self.pool.max_size + 1)
-            service, stats, chosen_by = self.invoker.service, (lambda: pool.stats), None
+            service = pooled = self.invoker.service
+            # The pool's workers and hops, and the model calls a bad request made fail (PooledService).
+            stats, chosen_by = (lambda: {**pool.stats, **pooled.stats}), None
             from tfbatch.transform.predict import POOL_CANDIDATES, POOL_START, PoolPredict, pool_start
 
             # MaxConcurrentTransforms, when given, also bounds the sizes the probe may try.
@@ -467,8 +469,7 @@ class InstanceRunner:
                 # Hooks in this process (InlinePool, AdaptivePool until it moves them): the probe
                 # compares its CPU; a worker pool's CPU is elsewhere, so it compares wall time.
                 cpu = getattr(pool, "cpu", None)
-                tuned = service = PoolPredict(self.invoker.service, probe(), lambda: pool.stats, cpu, restart=probe,
-                                              sent=sent)
+                tuned = service = PoolPredict(pooled, probe(), stats, cpu, restart=probe, sent=sent)
                 stats = lambda: tuned.stats  # noqa: E731
                 chosen_by = {"max_batch_size": "tuner"}
             return Dataflow(self.spec, service, self.pipeline, batch_size=self.spec.max_batch_size,

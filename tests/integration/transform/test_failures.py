@@ -192,3 +192,28 @@ def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linea
             np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
     (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
     assert stats["predict"] == "handler-pool" and stats["hops"] < 60, stats["hops"]
+
+
+def test_bad_records_among_many_in_one_hop_each_fail_alone(tmp_path, failing_model):
+    # 64 one-record objects, four of them bad (the model refuses a negative value). A hop's
+    # joint model call fails; its halves are called jointly again, down to the bad records
+    # alone, and each good record gets its own answer.
+    inp, out = tmp_path / "in", tmp_path / "out"
+    inp.mkdir()
+    bad = {5, 21, 22, 63}
+    for i in range(64):
+        (inp / f"{i:02d}.json").write_text(json.dumps([-1.0 if i in bad else float(i), 1.0]))
+    report = run_transform(model=str(failing_model), input=str(inp), output=str(out),
+                           content_type="application/json", max_batch_size=64)
+    assert report.failed == len(bad) and report.succeeded == 64 - len(bad)
+    for i in range(64):
+        target = out / f"{i:02d}.json.out"
+        if i in bad:
+            assert not target.exists()
+        else:
+            assert json.loads(target.read_text()) == {"predictions": [[i + 1.0, 2.0]]}
+    errors = [json.loads(x) for x in (out / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
+    assert sorted(e["object"] for e in errors) == [f"{i:02d}.json" for i in sorted(bad)]
+    assert all("negative input" in e["error"] for e in errors)
+    (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
+    assert stats["failed_joint_calls"] >= 1 and stats["requests_run_alone"] < 32, stats
