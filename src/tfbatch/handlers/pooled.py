@@ -207,9 +207,11 @@ class PooledService:
     def _halves(self, name, version, sig_name, requests: list[dict]) -> list[dict | None]:
         """Each request's rows where a joint call of a half it is in succeeds (a half that fails
         is halved again), None for one left to run alone: one bad request among 64 costs about
-        two calls a halving, not 64. Where most requests are bad, about twice as many calls as
-        requests, each of few rows (10 % bad JPEGs, tiny model decoding in its graph: as fast
-        as running every request alone)."""
+        two calls a halving, not 64 (a model refusing a value, an id past its vocabulary: rows
+        cheap, calls not). Where bad requests are common it runs good rows again at each level:
+        with 10 % bad JPEGs and the tiny model decoding in its graph, 12.2 s of CPU against 8.7
+        s where a hop whose halves both fail runs all its requests alone; with 1 %, 4.5 s of
+        wall either way (benchmarks/transform/profile/bad-records.md)."""
         if len(requests) <= HALVES_MIN_PARTS:
             return [None] * len(requests)
         middle = len(requests) // 2
