@@ -36,7 +36,7 @@ from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 
-# Parts of a failed joint call at or below this many run alone instead of being halved again.
+# Requests of a failed joint call at or below this many run alone instead of being halved again.
 HALVES_MIN_PARTS = 2
 
 
@@ -217,7 +217,8 @@ class PooledService:
         middle = len(requests) // 2
         out: list[dict | None] = []
         for half in (requests[:middle], requests[middle:]):
-            joint = self._joint(name, version, sig_name, half)
+            # A half of one request runs alone (its answer or its own error): one call, not two.
+            joint = self._joint(name, version, sig_name, half) if len(half) > 1 else None
             out += joint if joint is not None else self._halves(name, version, sig_name, half)
         return out
 

@@ -28,7 +28,8 @@ from tfbatch.transform.report import TRANSIENT_STATUS
 # (InvalidArgumentError) as a 400 for every request in that batch.
 ISOLATE_STATUS = frozenset({400})
 
-# Reruns (retries, isolated requests) sent together by ``Invoker.results``, at most this many to a group.
+# Requests sent together to one ``invoke_many`` (the records of a failed payload, retries,
+# isolated reruns), at most this many to a group.
 RERUN_GROUP = 128
 
 
@@ -108,10 +109,17 @@ class Invoker:
         return InvocationRequest(body=body, content_type=content_type or self.content_type, accept=self.accept)
 
     def submit_many(self, bodies: list[tuple[bytes, str | None]]) -> list[_Call]:
-        """Calls for many (body, content type) pairs, submitted at once: see ``_submit_group``.
-        ``result`` and ``results`` apply the same timeouts, retries and isolation to each as to
-        a call submitted alone."""
-        return self._submit_group([_Call(self._request(body, content_type), 0, False) for body, content_type in bodies])
+        """Calls for many (body, content type) pairs, submitted at once, RERUN_GROUP to a group
+        (``_submit_group``). ``result`` and ``results`` apply the same timeouts, retries and
+        isolation to each as to a call submitted alone."""
+        return self._submit_groups([_Call(self._request(body, content_type), 0, False)
+                                    for body, content_type in bodies])
+
+    def _submit_groups(self, calls: list[_Call]) -> list[_Call]:
+        """``calls`` (all isolated or none), RERUN_GROUP to a ``_submit_group``; each call gets its future."""
+        for start in range(0, len(calls), RERUN_GROUP):
+            self._submit_group(calls[start:start + RERUN_GROUP])
+        return calls
 
     def _submit(self, call: _Call) -> _Call:
         self._slots.acquire()
@@ -124,16 +132,18 @@ class Invoker:
         call.future.add_done_callback(lambda _f: self._slots.release())
         return call
 
-    def _submit_group(self, calls: list[_Call]) -> list[_Call]:
+    def _submit_group(self, calls: list[_Call]) -> None:
         """``calls`` (all isolated or none) answered by one ``invoke_many`` of their service where
         it has one (a handler pool: one round trip per worker process for all of them, each
         request still answered alone), else each submitted alone."""
         if not calls:
-            return calls
+            return
         service = self.isolation.get() if calls[0].isolated else self.service
         many = getattr(service, "invoke_many", None)
         if many is None or len(calls) < 2:
-            return [self._submit(call) for call in calls]
+            for call in calls:
+                self._submit(call)
+            return
         for call in calls:
             call.future = Future()
         self._slots.acquire()
@@ -143,7 +153,6 @@ class Invoker:
             self._slots.release()
             raise
         group.add_done_callback(lambda _f: self._slots.release())
-        return calls
 
     def answered(self, response: InvocationResponse, body: bytes) -> _Call:
         """A call whose first attempt already ran elsewhere (the dataflow's hop): ``result``
@@ -201,8 +210,8 @@ class Invoker:
             call = self._submit(again)
 
     def results(self, calls: list[_Call]) -> list[InvocationResponse]:
-        """``result`` of each call, with the reruns of many sent together: the retries, and the
-        isolated reruns, of one round go as one group each (``_submit_group``). A file of bad
+        """``result`` of each call, with the reruns of many sent together: a round's retries, and
+        its isolated reruns, go in groups (``_submit_groups``). A file of bad
         records had made a round trip to the handler workers for each failed record, one after
         another."""
         out: list[InvocationResponse | None] = [None] * len(calls)
@@ -217,16 +226,12 @@ class Invoker:
                     out[n] = response
                 else:
                     reruns.append((n, again))
-            retried = [again.attempt for n, again in reruns if again.attempt > current[n].attempt]
-            self._backoff(retried)
-            pending = []
+            self._backoff([again.attempt for n, again in reruns if again.attempt > current[n].attempt])
             for isolated in (False, True):
-                group = [(n, again) for n, again in reruns if again.isolated is isolated]
-                for start in range(0, len(group), RERUN_GROUP):
-                    part = group[start:start + RERUN_GROUP]
-                    pending += zip((n for n, _ in part), self._submit_group([again for _, again in part]))
-            for n, again in pending:
+                self._submit_groups([again for _, again in reruns if again.isolated is isolated])
+            for n, again in reruns:
                 current[n] = again
+            pending = reruns
         return out  # type: ignore[return-value]
 
     def _wait(self, call: _Call) -> InvocationResponse:

@@ -59,9 +59,6 @@ _Entry = tuple[Payload, "_Call | _Final | None", TfbatchError | None]
 # A payload, its first answer (None: it never reached the model) and the error that kept it from it.
 Answer = tuple[Payload, InvocationResponse | None, TfbatchError | None]
 
-# Records of a failed payload sent again alone, at most this many to one hop of the service.
-RERUN_HOP = 128
-
 MAX_FAILURES_KEPT = 1000  # per object; the rest are counted, so a file of bad lines cannot fill memory
 
 
@@ -238,9 +235,9 @@ class ObjectPipeline:
 
     def _start_many(self, payloads: list[Payload]) -> list[_Entry]:
         """The payloads' calls, submitted now (records run alone after their payload failed),
-        RERUN_HOP to a hop of the service: a payload of 3,000 CSV lines with one bad line had
-        made 3,000 round trips to the handler workers, one a line, and a file with a bad line
-        in every payload ran 15-20x slower than a clean one."""
+        many to a hop of the service (``Invoker.submit_many``): a payload of 3,000 CSV lines with
+        one bad line had made 3,000 round trips to the handler workers, one a line, and a file
+        with a bad line in every payload ran 20x slower than a clean one."""
         entries: list = [None] * len(payloads)
         bodies: list[tuple[int, bytes, str | None]] = []
         for n, payload in enumerate(payloads):
@@ -251,10 +248,9 @@ class ObjectPipeline:
                 bodies.append((n, self.request_body(payload), payload.content_type))
             except TfbatchError as exc:
                 entries[n] = (payload, None, exc)
-        for start in range(0, len(bodies), RERUN_HOP):
-            hop = bodies[start:start + RERUN_HOP]
-            for (n, _, _), call in zip(hop, self.invoker.submit_many([(body, ct) for _, body, ct in hop])):
-                entries[n] = (payloads[n], call, None)
+        calls = self.invoker.submit_many([(body, content_type) for _, body, content_type in bodies])
+        for (n, _, _), call in zip(bodies, calls):
+            entries[n] = (payloads[n], call, None)
         return entries
 
     def _finish(self, payload: Payload, call: _Call | _Final | None, error: TfbatchError | None, state: _State,
