@@ -154,8 +154,9 @@ class PooledService:
                 continue
             for i, (members, sizes, tensors) in enumerate(parts):
                 where = firsts[members[0]][0]
-                if joint is None:  # a request alone in its group, through the batcher
-                    out[members[0]] = (where, self._alone(name, version, sig_name, fmt, tensors))
+                if joint is None:  # not called jointly (alone in its group, or rows not countable)
+                    for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes)):
+                        out[m] = (where, self._alone(name, version, sig_name, fmt, part))
                 elif sizes is None:
                     out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
                 else:
