@@ -169,7 +169,7 @@ def test_invocations_timeout(tmp_path, slow_model, with_script):
 def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linear_model, strategy):
     # Every 50th line has a text cell: each request that holds one fails (a MultiRecord payload,
     # or SingleRecord lines joined into one request), and its records run again alone. They
-    # had gone to the handler workers one round trip each (a hop per record, one after another).
+    # had gone to the handler workers one round trip each (289 and 363 hops here, then 17 and 51).
     inp, out, clean_out = tmp_path / "in", tmp_path / "out", tmp_path / "clean-out"
     rows = [f"{i},{i % 7},{i % 5}" for i in range(600)]
     bad = {n for n in range(600) if n % 50 == 7}
@@ -178,8 +178,9 @@ def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linea
                                        for n, r in enumerate(rows)))
     (tmp_path / "clean").mkdir()
     (tmp_path / "clean" / "t.csv").write_text("".join(r + "\n" for r in rows))
+    # Two handler workers whatever the machine: a hop is a round trip to each worker.
     args = dict(model=str(linear_model), split_type="Line", batch_strategy=strategy, content_type="text/csv",
-                assemble_with="Line")
+                assemble_with="Line", handler_workers=2)
     report = run_transform(input=str(inp), output=str(out), **args)
     run_transform(input=str(tmp_path / "clean"), output=str(clean_out), **args)
     assert report.records == 600 and report.failed_records == len(bad)
@@ -191,7 +192,7 @@ def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linea
         else:
             np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
     (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
-    assert stats["predict"] == "handler-pool" and stats["hops"] < 60, stats["hops"]
+    assert stats["predict"] == "handler-pool" and stats["hops"] < 120, stats["hops"]
 
 
 def test_bad_records_among_many_in_one_hop_each_fail_alone(tmp_path, failing_model):
