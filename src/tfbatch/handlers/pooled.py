@@ -155,7 +155,7 @@ class PooledService:
             for i, (members, sizes, tensors) in enumerate(parts):
                 where = firsts[members[0]][0]
                 if joint is None:  # not called jointly (alone in its group, or rows not countable)
-                    for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes)):
+                    for m, part in _requests(members, sizes, tensors):
                         out[m] = (where, self._alone(name, version, sig_name, fmt, part))
                 elif sizes is None:
                     out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
@@ -170,7 +170,7 @@ class PooledService:
         failed: in halves called jointly again (:meth:`_halves`), the rest alone, so a bad
         request fails only itself, with its own error, as in invoke."""
         flat = [(m, firsts[members[0]][0], part) for members, sizes, tensors in parts
-                for m, part in zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes))]
+                for m, part in _requests(members, sizes, tensors)]
         rows = self._halves(name, version, sig_name, [part for _, _, part in flat])
         alone = sum(got is None for got in rows)
         with self._counts_lock:
@@ -255,6 +255,11 @@ class PooledService:
         for members, future in jobs:
             for n, result in zip(members, _wait(future, deadline, len(members))):
                 responses[n] = _response(result)
+
+
+def _requests(members: list[int], sizes: list[int] | None, tensors: dict):
+    """(request index, its tensors) for each request of a part: one request, or a run cut back."""
+    return zip(members, [tensors] if sizes is None else cut_rows(tensors, sizes))
 
 
 def _length(body: Any) -> int:

@@ -201,13 +201,7 @@ class Invoker:
 
     def result(self, call: _Call) -> InvocationResponse:
         """The final response for ``call``, after timeouts, retries and isolation."""
-        while True:
-            response = self._wait(call)
-            again = self._again(call, response)
-            if again is None:
-                return response
-            self._backoff([again.attempt] if again.attempt > call.attempt else [])
-            call = self._submit(again)
+        return self.results([call])[0]
 
     def results(self, calls: list[_Call]) -> list[InvocationResponse]:
         """``result`` of each call, with the reruns of many sent together: a round's retries, and

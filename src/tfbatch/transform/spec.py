@@ -78,9 +78,10 @@ class TransformSpec(BaseModel):
     # autotuner's choice, else one per core (at least 3).
     lane_workers: int | None = Field(default=None, ge=1, le=64)
     # Worker processes per instance (Ray: actors), each loads the model and runs a partition
-    # of the instance's objects (by hash, or dealt by size where the listing was seen whole); None: one per CORES_PER_PROCESS cores of the
-    # instance's share (per 2 for a single-handler script) where no GPU is given to it, each
-    # extra one only for MIN_OBJECTS_PER_PROCESS objects (engines/local.processes_per_instance).
+    # of the instance's objects (by hash, or dealt by size where the listing was seen whole);
+    # None: one per CORES_PER_PROCESS cores of the instance's share (per 2 for a single-handler
+    # script) where no GPU is given to it, each extra one only for MIN_OBJECTS_PER_PROCESS
+    # objects (engines/local.processes_per_instance).
     processes: int | None = Field(default=None, ge=1, le=64)
     # Also redo objects an earlier run finished with recorded bad-input failures.
     retry_failed: bool = False
