@@ -305,8 +305,16 @@ def framed(workdir: Path, kind: str, count: int, seed: int = 0) -> Path:
     meta = {"count": count, "seed": seed, "shards": SHARDS, "kind": kind}
     if _done(folder, meta):
         return folder / "input"
-    images = sorted(jpegs(workdir, count, seed).iterdir())
-    target = _fresh(folder)
+    write_shards(sorted(jpegs(workdir, count, seed).iterdir()), _fresh(folder), kind)
+    (folder / "done.json").write_text(json.dumps(meta))
+    return folder / "input"
+
+
+def write_shards(images: list[Path], target: Path, kind: str, *, bare: bytes | None = None) -> None:
+    """``images`` as SHARDS ``kind`` ("tfrecord" or "recordio") files under ``target``: each
+    TFRecord record a ``tf.train.Example`` (``image/encoded``, ``image/filename``), each
+    RecordIO record the image's bytes. A TFRecord image whose bytes equal ``bare`` is written as
+    they are, not in an Example (a record that does not parse)."""
     for n, shard in enumerate(_split(images, SHARDS)):
         path = target / f"part-{n:05d}.{kind}"
         if kind == "tfrecord":
@@ -314,6 +322,9 @@ def framed(workdir: Path, kind: str, count: int, seed: int = 0) -> Path:
 
             with tf.io.TFRecordWriter(str(path)) as writer:
                 for image in shard:
+                    if bare is not None and image.read_bytes() == bare:
+                        writer.write(bare)
+                        continue
                     feature = {"image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.read_bytes()])),
                                "image/filename": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image.name.encode()]))}
                     writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
@@ -324,8 +335,6 @@ def framed(workdir: Path, kind: str, count: int, seed: int = 0) -> Path:
                         out.write(recordio_frame(image.read_bytes()))
                     except ValueError:
                         continue
-    (folder / "done.json").write_text(json.dumps(meta))
-    return folder / "input"
 
 
 def json_images(workdir: Path, count: int, seed: int = 0) -> Path:

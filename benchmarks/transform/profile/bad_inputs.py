@@ -12,6 +12,10 @@ Writes under ``D``:
   header passes, its decode fails);
 - ``jpegs-10pct-bad/``: the 5,000 JPEGs, every 20th cut to 300 bytes and every 20th (another
   one) replaced by 13 bytes of text: 500 bad images;
+- ``tfrecord-1pct-truncated/``, ``recordio-1pct-truncated/``: the two JPEG sets above as the
+  ``tfrecord`` and ``recordio`` shapes' 10 shards; ``tfrecord-10pct-bad/`` and
+  ``recordio-10pct-bad/`` the same, and in the TFRecord shards each text "image" is a record of
+  its own, not in a ``tf.train.Example`` (the script's parse refuses it);
 - ``two-inputs/`` and ``two-inputs-bad/``: four JSON Lines files of 5,000 lines
   ``{"a": [16 floats], "b": [16 floats]}`` for ``models/two-inputs/model.tar.gz`` (a Keras model
   with inputs ``a`` and ``b``), and the same lines with ``"a"`` spelled ``"x"``: every record bad.
@@ -27,6 +31,10 @@ import json
 import random
 import shutil
 from pathlib import Path
+
+from benchmarks.transform.shape_data import write_shards
+
+NOT_AN_IMAGE = b"not an image\n"
 
 
 def csv_bad(clean: Path, out: Path) -> None:
@@ -44,7 +52,7 @@ def jpegs_bad(clean: Path, out: Path, *, truncate_every: int, truncate_to: int, 
         if n % truncate_every == 3:
             target.write_bytes(path.read_bytes()[:truncate_to])
         elif text_every and n % text_every == 13:
-            target.write_bytes(b"not an image\n")
+            target.write_bytes(NOT_AN_IMAGE)
         else:
             target.symlink_to(path.resolve())
 
@@ -95,6 +103,10 @@ def main() -> None:
     csv_bad(work / "csv-5000-0" / "input", out / "csv-1pct-bad")
     jpegs_bad(jpegs, out / "jpegs-1pct-truncated", truncate_every=100, truncate_to=2000)
     jpegs_bad(jpegs, out / "jpegs-10pct-bad", truncate_every=20, truncate_to=300, text_every=20)
+    for name in ("1pct-truncated", "10pct-bad"):
+        for kind in ("tfrecord", "recordio"):
+            (out / f"{kind}-{name}").mkdir()
+            write_shards(sorted((out / f"jpegs-{name}").iterdir()), out / f"{kind}-{name}", kind, bare=NOT_AN_IMAGE)
     two_inputs(out, out / "models")
     print(f"inputs with bad records under {out}")
 

@@ -18,6 +18,7 @@ MaxBatchSize rows a call). ``invoke`` is ``invoke_many`` of one request.
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import threading
 import time
@@ -66,6 +67,10 @@ class PooledService:
         self._counts_lock = threading.Lock()
         self.failed_joint_calls = 0
         self.requests_run_alone = 0
+        # How common bad rows are in this job, for how finely a failed joint call is cut
+        # (_cuts): rows that reached a model call, and requests that then failed alone.
+        self.rows_seen = 0
+        self.requests_failed_alone = 0
 
     @property
     def stats(self) -> dict[str, int]:
@@ -104,11 +109,19 @@ class PooledService:
                         name, version, method, self.service.rest_port, self.service.grpc_port)
         todo = [n for n in range(len(reqs)) if items[n] is not None]
         firsts = self._input(todo, items, deadline)
-        outputs = self._model(firsts, items)
+        shared: set[int] = set()
+        outputs = self._model(firsts, items, shared)
         self._output(outputs, items, responses, deadline)
         for n, first in firsts.items():
             if responses[n] is None:
                 responses[n] = _response(first[1])
+        # Each answer is its request's own (the Invoker need not run it again isolated) but
+        # where its model call went through the dynamic batcher, or a single handler's did.
+        handlers = self.service.handlers
+        if handlers is None or handlers.mode == "pair":
+            for n in todo:
+                if n not in shared and responses[n] is not None:
+                    responses[n].own = True  # type: ignore[union-attr]
         return [r if r is not None else _response(("final", 500, b"", "application/json")) for r in responses]
 
     # ---- steps ------------------------------------------------------------------------
@@ -130,11 +143,12 @@ class PooledService:
                 firsts[n] = (where, result)
         return firsts
 
-    def _model(self, firsts: dict[int, tuple], items: list) -> dict[int, tuple]:
+    def _model(self, firsts: dict[int, tuple], items: list, shared: set[int]) -> dict[int, tuple]:
         """{request index: (where, output-step payload)} for every request that reached the model.
 
         A part is one request's tensors, or a run of them a worker joined (``join_runs``); the
-        parts that match go to one model call, and each takes its rows back."""
+        parts that match go to one model call, and each takes its rows back. ``shared`` gets
+        the requests whose call went through the dynamic batcher, with other requests' rows."""
         groups: dict[tuple, list[tuple[list[int], list[int] | None, dict]]] = defaultdict(list)
         out: dict[int, tuple] = {}
         for n, (where, result) in firsts.items():
@@ -145,8 +159,13 @@ class PooledService:
                 sizes = result[5] if kind == TENSORS_RUN else None
                 groups[(items[n][4], version, sig_name, fmt, tensor_layout(tensors))].append((members, sizes, tensors))
             elif kind == "json":
+                shared.add(n)
                 out[n] = (where, self._json(items[n], result[1]))
         for (name, version, sig_name, fmt, layout), parts in groups.items():
+            if layout is not None:
+                rows = sum(row_count(tensors) for _, _, tensors in parts)
+                with self._counts_lock:
+                    self.rows_seen += rows
             tried = layout is not None and (len(parts) > 1 or parts[0][1] is not None)
             joint = self._joint(name, version, sig_name, [tensors for _, _, tensors in parts]) if tried else None
             if tried and joint is None:
@@ -156,6 +175,7 @@ class PooledService:
                 where = firsts[members[0]][0]
                 if joint is None:  # not called jointly (alone in its group, or rows not countable)
                     for m, part in _requests(members, sizes, tensors):
+                        shared.add(m)
                         out[m] = (where, self._alone(name, version, sig_name, fmt, part))
                 elif sizes is None:
                     out[members[0]] = (where, ("outputs", (joint[i], fmt, version, sig_name)))
@@ -172,12 +192,17 @@ class PooledService:
         flat = [(m, firsts[members[0]][0], part) for members, sizes, tensors in parts
                 for m, part in _requests(members, sizes, tensors)]
         rows = self._halves(name, version, sig_name, [part for _, _, part in flat])
-        alone = sum(got is None for got in rows)
-        with self._counts_lock:
-            self.requests_run_alone += alone
+        failed = 0
         for (m, where, part), got in zip(flat, rows):
-            out[m] = (where, ("outputs", (got, fmt, version, sig_name)) if got is not None
-                      else self._alone(name, version, sig_name, fmt, part, direct=True))
+            if got is None:
+                got = self._alone(name, version, sig_name, fmt, part, direct=True)
+                failed += got[0] == "error"
+                out[m] = (where, got)
+            else:
+                out[m] = (where, ("outputs", (got, fmt, version, sig_name)))
+        with self._counts_lock:
+            self.requests_run_alone += sum(got is None for got in rows)
+            self.requests_failed_alone += failed
 
     def _json(self, item: tuple, body: dict) -> tuple:
         from tfbatch.tfs.api import TfsApi
@@ -206,22 +231,41 @@ class PooledService:
         return ("outputs", (outputs, fmt, version, sig_name))
 
     def _halves(self, name, version, sig_name, requests: list[dict]) -> list[dict | None]:
-        """Each request's rows where a joint call of a half it is in succeeds (a half that fails
-        is halved again), None for one left to run alone: one bad request among 64 costs about
-        two calls a halving, not 64 (a model refusing a value, an id past its vocabulary: rows
-        cheap, calls not). Where bad requests are common it runs good rows again at each level:
-        with 10 % bad JPEGs and the tiny model decoding in its graph, 12.2 s of CPU against 8.7
-        s where a hop whose halves both fail runs all its requests alone; with 1 %, 4.5 s of
-        wall either way (benchmarks/transform/profile/bad-records.md)."""
+        """Each request's rows where a joint call of a part it is in succeeds (a part that fails
+        is cut again), None for one left to run alone. Where bad rows are rare, the parts are
+        halves: one bad request among 64 costs about two calls a halving, not 64 (a model
+        refusing a value, an id past its vocabulary: rows cheap, calls not). Where they are
+        common, the parts are smaller (:meth:`_cuts`), so good rows are not run again at every
+        level (benchmarks/transform/profile/bad-records.md)."""
         if len(requests) <= HALVES_MIN_PARTS:
             return [None] * len(requests)
-        middle = len(requests) // 2
         out: list[dict | None] = []
-        for half in (requests[:middle], requests[middle:]):
-            # A half of one request runs alone (its answer or its own error): one call, not two.
-            joint = self._joint(name, version, sig_name, half) if len(half) > 1 else None
-            out += joint if joint is not None else self._halves(name, version, sig_name, half)
+        for part in self._cuts(requests):
+            # A part of one request runs alone (its answer or its own error): one call, not two.
+            joint = self._joint(name, version, sig_name, part) if len(part) > 1 else None
+            out += joint if joint is not None else self._halves(name, version, sig_name, part)
         return out
+
+    def _cuts(self, requests: list[dict]) -> list[list[dict]]:
+        """``requests`` (a failed joint call's) in parts of about equal size, to call jointly.
+
+        Two parts where bad requests are rare; where the job's rows so far make ``p``, the
+        chance that a request of these has a bad row, about ``n * sqrt(p)`` parts of ``n``
+        requests: the group size of the fewest calls in two-stage group testing (Dorfman),
+        1/sqrt(p), 3 requests at 10 %."""
+        n = len(requests)
+        with self._counts_lock:
+            seen, bad = self.rows_seen, self.requests_failed_alone
+        rows = sum(row_count(t) for t in requests) / n
+        p = 1.0 - (1.0 - min(1.0, bad / max(seen, 1))) ** rows
+        count = min(n, max(2, round(n * math.sqrt(p))))
+        size, extra = divmod(n, count)
+        parts, at = [], 0
+        for i in range(count):
+            step = size + (i < extra)
+            parts.append(requests[at:at + step])
+            at += step
+        return parts
 
     def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
         """One model call for many requests' tensors, split back; None if it fails or cannot be split."""

@@ -50,6 +50,9 @@ class InvocationResponse:
     # Set only by invoke(endpoint=True) on a large default JSON answer: the body as chunks to
     # send with chunked transfer (tfbatch.tfs.jsonstream); ``body`` is then empty.
     chunks: Any = None
+    # The answer is this request's alone: no other request's rows were in a model call it
+    # depended on, so running it again isolated (Invoker) would answer the same.
+    own: bool = False
 
     @property
     def ok(self) -> bool:

@@ -43,6 +43,9 @@ class Payload:
     sent: bytes | None = None
     # What the InputFilter kept of each row for the join, where it read them (filter_keeping).
     kept: list | None = None
+    # Some lines of a failed MultiRecord payload, sent again (ObjectPipeline._cut): answered
+    # per record, or where its answer cannot be cut per record, each line again alone.
+    part: bool = False
 
     @property
     def first_index(self) -> int:

@@ -188,7 +188,7 @@ class Invoker:
             self.retries += 1
             return _Call(call.request, call.attempt + 1, call.isolated)
         if response.status in ISOLATE_STATUS or response.status >= 500 and response.status not in TRANSIENT_STATUS:
-            if call.isolated or not self.isolation.needed:
+            if call.isolated or not self.isolation.needed or response.own:
                 return None
             self.isolations += 1
             return _Call(call.request, call.attempt, True)

@@ -195,6 +195,61 @@ def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linea
     assert stats["predict"] == "handler-pool" and stats["hops"] < 120, stats["hops"]
 
 
+COUNTING_CSV = """
+import json
+import os
+
+
+def input_handler(data, context):
+    lines = data.read().decode().splitlines()
+    with open(os.path.join(os.environ["CALLS_DIR"], "lines"), "a") as calls:
+        calls.write("%d\\n" % len(lines))
+    return json.dumps({"instances": [[float(x) for x in line.split(",")] for line in lines]})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode())
+    return response.content, context.accept_header
+"""
+
+
+def test_a_failed_payload_of_lines_goes_again_in_parts(tmp_path, linear_model, with_script):
+    # 600 CSV lines in one MultiRecord payload, a bad line every 50 (the script's float()
+    # refuses it). The payload goes again in parts of 16 lines, each part that fails in parts of
+    # 4, and those that fail line by line: the script sees far fewer requests than 600 singles,
+    # and every line still answers its record as a clean run does.
+    rows = [f"{i},{i % 7},{i % 5}" for i in range(600)]
+    bad = {n for n in range(600) if n % 50 == 7}
+    for name, lines in (("in", [r.replace(",", ",oops,", 1) if n in bad else r for n, r in enumerate(rows)]),
+                        ("clean", rows)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "t.csv").write_text("".join(line + "\n" for line in lines))
+    archive = with_script(tmp_path, linear_model, COUNTING_CSV)
+    results = {}
+    for name in ("in", "clean"):
+        calls = tmp_path / f"calls-{name}"
+        calls.mkdir()
+        report = run_transform(model=str(archive), input=str(tmp_path / name), output=str(tmp_path / f"out-{name}"),
+                               split_type="Line", batch_strategy="MultiRecord", content_type="text/csv",
+                               assemble_with="Line", env={"CALLS_DIR": str(calls)})
+        results[name] = report, [int(x) for x in (calls / "lines").read_text().split()]
+    report, sizes = results["in"]
+    assert report.records == 600 and report.failed_records == len(bad)
+    assert results["clean"][1] == [600]
+    # 1 payload, 38 parts (37 of 16 lines, 1 of 8), the 12 failed ones in 4 parts of 4, then the
+    # 12 failed parts' 48 lines alone: 135 requests where one line a request made 601.
+    assert sorted(sizes, reverse=True) == [600] + [16] * 37 + [8] + [4] * 48 + [1] * 48
+    got = (tmp_path / "out-in" / "t.csv.out").read_text().splitlines()
+    want = (tmp_path / "out-clean" / "t.csv.out").read_text().splitlines()
+    assert len(got) == 600
+    for n, line in enumerate(got):
+        if n in bad:
+            assert json.loads(line)["record"] == n and "oops" in json.loads(line)["error"]
+        else:
+            np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
+
+
 def test_bad_records_among_many_in_one_hop_each_fail_alone(tmp_path, failing_model):
     # 64 one-record objects, four of them bad (the model refuses a negative value). A hop's
     # joint model call fails; its halves are called jointly again, down to the bad records
