@@ -71,9 +71,9 @@ def _version() -> str:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from tfbatch.artifact import format_inspect, inspect_artifact, open_artifact
+    from tfbatch.artifact import format_inspect, inspect_artifact
 
-    info = inspect_artifact(open_artifact(args.model))
+    info = inspect_artifact(args.model)  # an archive is extracted to a temporary folder, then deleted
     print(json.dumps(info, indent=2) if args.json else format_inspect(info))
     return 0
 

@@ -116,10 +116,19 @@ def inspect_saved_model(path: str | os.PathLike) -> dict[str, Any]:
 def inspect_artifact(artifact: Artifact | str | os.PathLike) -> dict[str, Any]:
     """JSON-able description of every model, version and signature, plus the user code present.
 
-    ``artifact`` may be an Artifact or anything open_artifact accepts.
+    ``artifact`` may be an Artifact or anything open_artifact accepts; an archive opened here
+    is extracted into a temporary folder, deleted before this returns.
     """
-    if not isinstance(artifact, Artifact):
-        artifact = open_artifact(artifact)
+    if isinstance(artifact, Artifact):
+        return _describe(artifact)
+    opened = open_artifact(artifact)
+    try:
+        return _describe(opened)
+    finally:
+        opened.cleanup()
+
+
+def _describe(artifact: Artifact) -> dict[str, Any]:
     models: dict[str, Any] = {}
     for name, entry in artifact.models.items():
         models[name] = {

@@ -8,10 +8,11 @@ reads further. Either way the output streams into an atomic write, so memory doe
 with the object's size and a reader never sees a partial ``.out``.
 
 A failure is confined to the records it concerns. A failed answer gets the Invoker's
-retries (transient statuses) and isolation (a 400 run again unbatched); a MultiRecord
-payload that still fails is retried record by record so that only the bad record is
-reported; with AssembleWith=Line the bad record's line holds an error object so line N
-still answers record N.
+retries (transient statuses) and isolation (run again unbatched, where the model call may
+have held other requests' rows); a MultiRecord payload that still fails goes again in parts
+or record by record (``_cut``), so that only the bad record is reported; with
+AssembleWith=Line the bad record's line holds an error object so line N still answers
+record N.
 """
 
 from __future__ import annotations
@@ -355,8 +356,9 @@ class ObjectPipeline:
         them, at most ``PART_MAX``, where the payload holds more than ``ONE_BY_ONE_MAX``
         (and ``in_parts``); a part that fails is cut in turn. A line is cheap to read again
         and a request is not (a handler call, a parse, or the script's HTTP call): with a bad
-        line every 100, a 3,000-line CSV payload goes again as 188 parts and ~450 lines alone,
-        not 3,000 requests, 1.4-2.6x faster (benchmarks/transform/profile/bad-records.md).
+        line every 100, a 3,000-line CSV payload goes again as 188 parts of 16, the ~28 that
+        fail as parts of 4, and the ~30 of those that fail line by line, ~430 requests in all,
+        not 3,000: the CSV jobs ran 1.6-2.7x faster (benchmarks/transform/profile/bad-records.md).
         Framed records (RecordIO, TFRecord: images, whose model rows cost more than a request)
         and the rest go one per record: in parts they ran 1.1-1.5x slower. The cut depends on
         the payload alone, so a rerun of the job answers each record the same way. A joined

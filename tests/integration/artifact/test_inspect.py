@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -89,3 +92,16 @@ def test_corrupt_pb_names_the_folder(real_savedmodel, tmp_path):
     (version / "saved_model.pb").write_bytes(b"\xff\xff\xff garbage")
     with pytest.raises(ArtifactError, match=r"cannot parse the SavedModel in '.*1'"):
         inspect_artifact(tmp_path)
+
+
+def test_inspecting_an_archive_leaves_no_folder_behind(real_savedmodel, tmp_path):
+    # `tfbatch inspect model.tar.gz` extracts into a temporary folder; it had stayed in /tmp.
+    archive = package([real_savedmodel], tmp_path / "model.tar.gz", versions=[1])
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    done = subprocess.run([sys.executable, "-m", "tfbatch", "inspect", "--json", str(archive)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout)["models"]) == ["model"]
+    assert list(scratch.iterdir()) == []
