@@ -26,6 +26,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -146,11 +147,14 @@ def load_script(archive: str | Path):
     with tarfile.open(archive) as tar:
         source = tar.extractfile("code/inference.py").read()
     folder = Path(tempfile.mkdtemp(prefix="tfbatch-bench-code-"))
-    script = folder / "inference.py"
-    script.write_bytes(source)
-    spec = importlib.util.spec_from_file_location("inference", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        script = folder / "inference.py"
+        script.write_bytes(source)
+        spec = importlib.util.spec_from_file_location("inference", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the module is loaded; its file is not needed
     return module
 
 

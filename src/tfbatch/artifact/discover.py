@@ -14,7 +14,9 @@ Directories are visited in sorted order so the result never depends on the files
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,6 +298,54 @@ def read_inference_script(uri: str | os.PathLike) -> bytes | None:
     return None
 
 
+TEMP_PREFIX = "tfbatch-model-"
+
+
+def _host() -> str:
+    """This machine's name, as it may stand in a folder name."""
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
+
+
+def _temp_prefix() -> str:
+    """A temporary artifact folder's name says which process on which machine made it:
+    ``tfbatch-model-<host>-<pid>-<random>``, so that a later job can delete it once that
+    process is gone (:func:`sweep_orphans`)."""
+    return f"{TEMP_PREFIX}{_host()}-{os.getpid()}-"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's process
+        return True
+    return True
+
+
+def sweep_orphans(folder: str | os.PathLike | None = None) -> list[Path]:
+    """Delete the temporary artifact folders in ``folder`` (the temporary directory) whose
+    process, on this machine, is no longer running: a job killed (SIGKILL, OOM) before its
+    cleanup had left its extracted model there, as large as the model, for good. Folders of
+    another machine (a shared /tmp) or of a live process are left alone. Returns those deleted."""
+    root = Path(folder if folder is not None else tempfile.gettempdir())
+    mine = f"{TEMP_PREFIX}{_host()}-"
+    gone: list[Path] = []
+    try:
+        names = [entry.name for entry in os.scandir(root) if entry.name.startswith(mine)]
+    except OSError:
+        return gone
+    for name in names:
+        pid = name[len(mine):].split("-", 1)[0]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        path = root / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+    return gone
+
+
 def open_artifact(uri: str | os.PathLike, workdir: str | os.PathLike | None = None) -> Artifact:
     """Open a model artifact: a local directory (used in place), a local archive, or any
     fsspec URI to an archive or a directory prefix (downloaded). Archives and remote
@@ -307,7 +357,9 @@ def open_artifact(uri: str | os.PathLike, workdir: str | os.PathLike | None = No
         raise ArtifactError(f"model artifact '{uri}' does not exist; {EXPECTED_LAYOUT}")
 
     created = workdir is None
-    dest = Path(tempfile.mkdtemp(prefix="tfbatch-model-")) if created else Path(workdir)
+    if created:
+        sweep_orphans()
+    dest = Path(tempfile.mkdtemp(prefix=_temp_prefix())) if created else Path(workdir)
     dest.mkdir(parents=True, exist_ok=True)
     try:
         if local is not None:

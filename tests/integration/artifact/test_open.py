@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import tarfile
 import tempfile
 import uuid
+from pathlib import Path
 
 import fsspec
 import pytest
 
 from tfbatch.artifact import open_artifact
+from tfbatch.artifact.discover import _host
 from tfbatch.errors import ArtifactError, UnsafeArchive
 
 
@@ -59,6 +65,36 @@ def test_local_archive_into_workdir(tmp_path, model_dir, name, mode):
     assert not art.temporary
     art.cleanup()  # not ours to delete
     assert work.is_dir()
+
+
+KILLED_AFTER_OPENING = """
+import os, signal, sys
+from tfbatch.artifact import open_artifact
+print(open_artifact(sys.argv[1]).root, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_jobs_extracted_model_is_deleted_by_the_next_one(tmp_path, model_dir):
+    arc = make_tar(model_dir, tmp_path / "model.tar.gz")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER_OPENING, str(arc)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    left = Path(killed.stdout.strip())
+    assert left.parent == scratch and (left / "code" / "inference.py").is_file()
+    # Another machine's folder (a shared /tmp) and a live process's stay whatever their age.
+    other = scratch / "tfbatch-model-another_host-1-x"
+    live = scratch / f"tfbatch-model-{_host()}-{os.getpid()}-x"
+    other.mkdir()
+    live.mkdir()
+    nxt = subprocess.run([sys.executable, "-c", "import sys; from tfbatch.artifact import open_artifact; "
+                          "open_artifact(sys.argv[1]).cleanup()", str(arc)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert nxt.returncode == 0, nxt.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == sorted([other.name, live.name])
 
 
 def test_local_archive_default_workdir_is_fresh_tempdir(tmp_path, model_dir):
