@@ -11,9 +11,10 @@ one model call for every request that decoded to the same signature (split back 
 request), one hop per worker for the output step. If the joint model call fails, the
 requests are cut in parts (halves while bad rows are rare in the job) and each part called
 jointly again, down to requests run alone, so a bad record fails only itself, with its own
-error; such an answer is marked as the request's own, and the Invoker does not run it again. Every model call here is direct, not through
-the model server's dynamic batcher, but a request alone in its hop's (which the batcher cuts to
-MaxBatchSize rows a call). ``invoke`` is ``invoke_many`` of one request.
+error. Every model call here is direct, not through the model server's dynamic batcher, but
+a request alone in its hop's (which the batcher cuts to MaxBatchSize rows a call); the other
+answers are marked as their request's own, and the Invoker does not run them again isolated.
+``invoke`` is ``invoke_many`` of one request.
 """
 
 from __future__ import annotations

@@ -375,7 +375,7 @@ class ObjectPipeline:
         """The entries of each failed payload's records, in record order: the payloads ``_cut``
         sends again (in parts where ``cut``), each part that fails cut in turn. Each level's
         requests go together, many to a hop of the service; where most of a level's parts fail,
-        their records go one by one (every record bad: ~2 % more requests than one by one
+        their records go one by one (every record bad: one request in 16 more than one by one
         at once)."""
         cuts = [self._cut(payload, cut) for payload in failed]
         level = self._settled(self._start_many([part for parts in cuts for part in parts]))
