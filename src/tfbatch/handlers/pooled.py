@@ -20,7 +20,6 @@ answers are marked as their request's own, and the Invoker does not run them aga
 from __future__ import annotations
 
 import logging
-import math
 import pickle
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tfbatch.batching.groups import BadRows
 from tfbatch.errors import RequestTimeout, TfbatchError, Unavailable, from_exception
 from tfbatch.handlers.pool import LOST, HandlerPool
 from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, cut_rows, row_count, tensor_layout
@@ -69,10 +69,8 @@ class PooledService:
         self._counts_lock = threading.Lock()
         self.failed_joint_calls = 0
         self.requests_run_alone = 0
-        # How common bad rows are in this job, for how finely a failed joint call is cut
-        # (_cuts): rows that reached a model call, and requests that then failed alone.
-        self.rows_seen = 0
-        self.requests_failed_alone = 0
+        # How common bad rows are in this job, for how finely a failed joint call is cut.
+        self.bad_rows = BadRows()
 
     @property
     def stats(self) -> dict[str, int]:
@@ -165,9 +163,7 @@ class PooledService:
                 out[n] = (where, self._json(items[n], result[1]))
         for (name, version, sig_name, fmt, layout), parts in groups.items():
             if layout is not None:
-                rows = sum(row_count(tensors) for _, _, tensors in parts)
-                with self._counts_lock:
-                    self.rows_seen += rows
+                self.bad_rows.seen(sum(row_count(tensors) for _, _, tensors in parts))
             tried = layout is not None and (len(parts) > 1 or parts[0][1] is not None)
             joint = self._joint(name, version, sig_name, [tensors for _, _, tensors in parts]) if tried else None
             if tried and joint is None:
@@ -204,7 +200,7 @@ class PooledService:
                 out[m] = (where, ("outputs", (got, fmt, version, sig_name)))
         with self._counts_lock:
             self.requests_run_alone += sum(got is None for got in rows)
-            self.requests_failed_alone += failed
+        self.bad_rows.failed_alone(failed)
 
     def _json(self, item: tuple, body: dict) -> tuple:
         from tfbatch.tfs.api import TfsApi
@@ -237,37 +233,17 @@ class PooledService:
         is cut again), None for one left to run alone. Where bad rows are rare, the parts are
         halves: one bad request among 64 costs about two calls a halving, not 64 (a model
         refusing a value, an id past its vocabulary: rows cheap, calls not). Where they are
-        common, the parts are smaller (:meth:`_cuts`), so good rows are not run again at every
-        level (benchmarks/transform/profile/bad-records.md)."""
+        common, the parts are smaller (``batching.groups``), so good rows are not run again at
+        every level (benchmarks/transform/profile/bad-records.md)."""
         if len(requests) <= HALVES_MIN_PARTS:
             return [None] * len(requests)
         out: list[dict | None] = []
-        for part in self._cuts(requests):
+        rows_each = sum(row_count(t) for t in requests) / len(requests)
+        for part in self.bad_rows.parts(requests, rows_each):
             # A part of one request runs alone (its answer or its own error): one call, not two.
             joint = self._joint(name, version, sig_name, part) if len(part) > 1 else None
             out += joint if joint is not None else self._halves(name, version, sig_name, part)
         return out
-
-    def _cuts(self, requests: list[dict]) -> list[list[dict]]:
-        """``requests`` (a failed joint call's) in parts of about equal size, to call jointly.
-
-        Two parts where bad requests are rare; where the job's rows so far make ``p``, the
-        chance that a request of these has a bad row, about ``n * sqrt(p)`` parts of ``n``
-        requests: the group size of the fewest calls in two-stage group testing (Dorfman),
-        1/sqrt(p), 3 requests at 10 %."""
-        n = len(requests)
-        with self._counts_lock:
-            seen, bad = self.rows_seen, self.requests_failed_alone
-        rows = sum(row_count(t) for t in requests) / n
-        p = 1.0 - (1.0 - min(1.0, bad / max(seen, 1))) ** rows
-        count = min(n, max(2, round(n * math.sqrt(p))))
-        size, extra = divmod(n, count)
-        parts, at = [], 0
-        for i in range(count):
-            step = size + (i < extra)
-            parts.append(requests[at:at + step])
-            at += step
-        return parts
 
     def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
         """One model call for many requests' tensors, split back; None if it fails or cannot be split."""
