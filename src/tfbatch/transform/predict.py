@@ -281,7 +281,9 @@ class ImageBatchPredict:
             with self._lock:
                 self.run_alone += 1
             out[n] = self.service.invoke(reqs[n])
-            out[n].own = True  # its image failed the header check, before any model call
+            # Its image failed the header check, before any model call (a decoder's reject may
+            # yet reach the model there, through the batcher: the Invoker may isolate it).
+            out[n].own = self.decoder is None
         if self.tuner is not None and ready and not refused:
             with self._lock:
                 self.tuner.observe(len(ready), done, time.process_time())
