@@ -1,6 +1,6 @@
 """How a failed batch is cut to find its bad rows (group testing), for the callers that run a
 batch of many requests in one model call and must answer each request alone when it fails
-(``handlers.pooled.PooledService``, ``transform.predict.ImagePredict``).
+(``handlers.pooled.PooledService``, ``transform.predict.ImageBatchPredict``).
 
 A failed call says only that some row was bad. Its requests go again in parts, each part that
 fails is cut again, down to requests run alone. Halves find one bad request among n in about
@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# A failed part of this many requests or fewer runs each of them alone, not cut again.
+ALONE_MAX = 2
 
 
 class BadRows:
@@ -53,4 +56,20 @@ class BadRows:
             step = size + (i < extra)
             out.append(items[at:at + step])
             at += step
+        return out
+
+    def search(self, items: Sequence[T], joint: Callable[[Sequence[T]], list | None],
+               alone: Callable[[T], Any], rows: Callable[[T], int] | None = None) -> list:
+        """Each item's answer, in order, once a call of all of them failed: ``joint(part)`` (one
+        answer per item of the part, or None where that call failed too) for each of ``parts``,
+        a part that fails searched in turn; ``alone(item)`` for a part of one item, and for each
+        item of ALONE_MAX or fewer. ``rows(item)``: an item's rows, where not one each."""
+        if len(items) <= ALONE_MAX:
+            return [alone(item) for item in items]
+        rows_each = 1.0 if rows is None else sum(map(rows, items)) / len(items)
+        out: list = []
+        for part in self.parts(items, rows_each):
+            # A part of one item runs alone (its answer or its own error): one call, not two.
+            got = joint(part) if len(part) > 1 else None
+            out += got if got is not None else self.search(part, joint, alone, rows)
         return out

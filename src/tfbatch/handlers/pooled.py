@@ -39,10 +39,6 @@ from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
 
 log = logging.getLogger(__name__)
 
-# Requests of a failed joint call at or below this many run alone instead of being halved again.
-HALVES_MIN_PARTS = 2
-
-
 def script_init(script: Any, max_image_pixels: int, grpc_max_message_bytes: int = GRPC_MAX_MESSAGE_MB * MIB) -> dict:
     """What a worker needs to start: the script (None: default handling) and the limits (the
     models come later)."""
@@ -185,11 +181,17 @@ class PooledService:
 
     def _after_failed_joint(self, name, version, sig_name, fmt, parts, firsts, out: dict[int, tuple]) -> None:
         """Every request of ``parts`` (a run cut back into its requests) once their joint call
-        failed: in halves called jointly again (:meth:`_halves`), the rest alone, so a bad
-        request fails only itself, with its own error, as in invoke."""
+        failed: in parts called jointly again, each part that fails cut in turn, the rest
+        alone, so a bad request fails only itself, with its own error, as in invoke. Where bad
+        rows are rare, the parts are halves: one bad request among 64 costs about two calls a
+        halving, not 64 (a model refusing a value, an id past its vocabulary: rows cheap, calls
+        not). Where they are common, the parts are smaller (``batching.groups``), so good rows
+        are not run again at every level (benchmarks/transform/profile/bad-records.md)."""
         flat = [(m, firsts[members[0]][0], part) for members, sizes, tensors in parts
                 for m, part in _requests(members, sizes, tensors)]
-        rows = self._halves(name, version, sig_name, [part for _, _, part in flat])
+        rows = self.bad_rows.search([part for _, _, part in flat],
+                                    lambda some: self._joint(name, version, sig_name, some),
+                                    lambda _: None, row_count)
         failed = 0
         for (m, where, part), got in zip(flat, rows):
             if got is None:
@@ -227,23 +229,6 @@ class PooledService:
         except TfbatchError as err:
             return ("error", (err.status, err.to_json()))
         return ("outputs", (outputs, fmt, version, sig_name))
-
-    def _halves(self, name, version, sig_name, requests: list[dict]) -> list[dict | None]:
-        """Each request's rows where a joint call of a part it is in succeeds (a part that fails
-        is cut again), None for one left to run alone. Where bad rows are rare, the parts are
-        halves: one bad request among 64 costs about two calls a halving, not 64 (a model
-        refusing a value, an id past its vocabulary: rows cheap, calls not). Where they are
-        common, the parts are smaller (``batching.groups``), so good rows are not run again at
-        every level (benchmarks/transform/profile/bad-records.md)."""
-        if len(requests) <= HALVES_MIN_PARTS:
-            return [None] * len(requests)
-        out: list[dict | None] = []
-        rows_each = sum(row_count(t) for t in requests) / len(requests)
-        for part in self.bad_rows.parts(requests, rows_each):
-            # A part of one request runs alone (its answer or its own error): one call, not two.
-            joint = self._joint(name, version, sig_name, part) if len(part) > 1 else None
-            out += joint if joint is not None else self._halves(name, version, sig_name, part)
-        return out
 
     def _joint(self, name, version, sig_name, requests: list[dict]) -> list[dict] | None:
         """One model call for many requests' tensors, split back; None if it fails or cannot be split."""

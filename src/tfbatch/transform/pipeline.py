@@ -61,6 +61,21 @@ def _part(records: list[Record], payload: Payload) -> Payload:
     return Payload(records, b"".join([r.raw for r in records]), part=True)
 
 
+def _batches(items: list[int], size: Callable[[int], int], limit: int) -> Iterator[list[int]]:
+    """``items`` in order, in runs whose sizes add up to ``limit`` at most (an item larger than
+    that alone)."""
+    batch: list[int] = []
+    total = 0
+    for item in items:
+        if batch and total + size(item) > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(item)
+        total += size(item)
+    if batch:
+        yield batch
+
+
 def _again_needed(entry: "_Entry") -> bool:
     """Whether an answered entry is a payload of several records that failed."""
     payload, call, _ = entry
@@ -339,19 +354,12 @@ class ObjectPipeline:
         (held all at once, every line of a 60 MB all-bad object: peak RSS 1.27 GB, against
         0.77 GB one payload at a time)."""
         at = 0
-        batch: list[int] = []
-        records = 0
-        for n in [n for n, entry in enumerate(entries) if _again_needed(entry)] + [-1]:
-            if n < 0 or batch and records + len(entries[n][0].records) > AGAIN_MAX_RECORDS:
-                groups = self._resolved([entries[m][0] for m in batch], cut=True) if batch else []
-                for m, group in zip(batch, groups):
-                    yield from entries[at:m]
-                    yield from group
-                    at = m + 1
-                batch, records = [], 0
-            if n >= 0:
-                batch.append(n)
-                records += len(entries[n][0].records)
+        for batch in _batches([n for n, entry in enumerate(entries) if _again_needed(entry)],
+                              lambda n: len(entries[n][0].records), AGAIN_MAX_RECORDS):
+            for n, group in zip(batch, self._resolved([entries[n][0] for n in batch], cut=True)):
+                yield from entries[at:n]
+                yield from group
+                at = n + 1
         yield from entries[at:]
 
     def _again(self, payload: Payload, state: _State, assembler: Assembler, *, in_parts: bool = True) -> None:

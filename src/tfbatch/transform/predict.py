@@ -362,16 +362,9 @@ class ImageBatchPredict:
         cut again, ``batching.groups``), two or fewer images each alone through the one-request
         path, so a bad image fails only itself, with its own error. Each image of a failed batch
         had run alone: with 10 % damaged images, 4,065 of 5,000 (bad-records.md)."""
-        if len(reqs) <= 2:
-            return [self._one(req) for req in reqs]
-        out: list[InvocationResponse] = []
-        at = 0
-        for part in self.bad_rows.parts(range(len(reqs))):
-            rows = slice(at, at + len(part))
-            at += len(part)
-            responses = self._model(batch[rows])[0] if len(part) > 1 else None
-            out += responses if responses is not None else self._again(batch[rows], reqs[rows])
-        return out
+        return self.bad_rows.search(list(range(len(reqs))),
+                                    lambda rows: self._model(batch[rows[0]:rows[-1] + 1])[0],
+                                    lambda row: self._one(reqs[row]))
 
     def _one(self, req: InvocationRequest) -> InvocationResponse:
         """One image alone, unbatched, so a neighbour's bad data cannot fail it."""

@@ -43,3 +43,19 @@ def test_requests_of_many_rows_are_cut_finer():
     assert len(counts.parts(list(range(16)), rows_each=45)) == 10
     # Bad rows everywhere (a request of 100 rows all but surely holds one): each alone.
     assert _sizes(_bad_rows(100, 50).parts(list(range(8)), rows_each=100)) == [1] * 8
+
+
+def test_search_answers_each_item_in_order_and_leaves_only_bad_ones_alone():
+    bad = {3, 9, 10}
+    calls: list[list[int]] = []
+
+    def joint(part):
+        calls.append(list(part))
+        return None if bad & set(part) else [f"joint {x}" for x in part]
+
+    got = BadRows().search(list(range(16)), joint, lambda x: f"alone {x}")
+    assert [int(answer.split()[1]) for answer in got] == list(range(16))
+    alone = {int(answer.split()[1]) for answer in got if answer.startswith("alone")}
+    # The bad items, and at most their neighbours in a part of two or fewer, run alone.
+    assert bad <= alone and len(alone) <= 2 * len(bad)
+    assert all(len(part) > 1 for part in calls)  # a part of one item is not called jointly
