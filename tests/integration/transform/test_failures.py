@@ -165,6 +165,18 @@ def test_invocations_timeout(tmp_path, slow_model, with_script):
         (calls / "release").touch()
 
 
+def _same_but_bad(output: Path, clean: Path, records: int, bad: set[int], says: str) -> None:
+    """``output`` has ``records`` lines, line N answering record N: an error line naming it (its
+    message holding ``says``) for each bad one, else the clean run's prediction."""
+    got, want = output.read_text().splitlines(), clean.read_text().splitlines()
+    assert len(got) == len(want) == records
+    for n, line in enumerate(got):
+        if n in bad:
+            assert json.loads(line)["record"] == n and says in json.loads(line)["error"]
+        else:
+            np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
+
+
 @pytest.mark.parametrize("strategy", ["MultiRecord", "SingleRecord"])
 def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linear_model, strategy):
     # Every 50th line has a text cell: each request that holds one fails (a MultiRecord payload,
@@ -184,13 +196,7 @@ def test_the_records_of_a_failed_payload_run_again_many_to_a_hop(tmp_path, linea
     report = run_transform(input=str(inp), output=str(out), **args)
     run_transform(input=str(tmp_path / "clean"), output=str(clean_out), **args)
     assert report.records == 600 and report.failed_records == len(bad)
-    got, want = (out / "t.csv.out").read_text().splitlines(), (clean_out / "t.csv.out").read_text().splitlines()
-    assert len(got) == 600
-    for n, line in enumerate(got):
-        if n in bad:
-            assert json.loads(line)["record"] == n and "string" in json.loads(line)["error"]
-        else:
-            np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
+    _same_but_bad(out / "t.csv.out", clean_out / "t.csv.out", 600, bad, "string")
     (stats,) = json.loads((out / "_tfbatch" / "report.json").read_text())["batches"].values()
     assert stats["predict"] == "handler-pool" and stats["hops"] < 120, stats["hops"]
 
@@ -240,14 +246,7 @@ def test_a_failed_payload_of_lines_goes_again_in_parts(tmp_path, linear_model, w
     # 1 payload, 38 parts (37 of 16 lines, 1 of 8), the 12 failed ones in 4 parts of 4, then the
     # 12 failed parts' 48 lines alone: 135 requests where one line a request made 601.
     assert sorted(sizes, reverse=True) == [600] + [16] * 37 + [8] + [4] * 48 + [1] * 48
-    got = (tmp_path / "out-in" / "t.csv.out").read_text().splitlines()
-    want = (tmp_path / "out-clean" / "t.csv.out").read_text().splitlines()
-    assert len(got) == 600
-    for n, line in enumerate(got):
-        if n in bad:
-            assert json.loads(line)["record"] == n and "oops" in json.loads(line)["error"]
-        else:
-            np.testing.assert_allclose(json.loads(line)["predictions"], json.loads(want[n])["predictions"])
+    _same_but_bad(tmp_path / "out-in" / "t.csv.out", tmp_path / "out-clean" / "t.csv.out", 600, bad, "oops")
 
 
 def test_bad_records_among_many_in_one_hop_each_fail_alone(tmp_path, failing_model):
