@@ -102,7 +102,6 @@ class LocalRayCluster:
         self._saved_env = {name: os.environ.get(name) for name in self._auth}
         os.environ.update(self._auth)
         try:
-            self.port = free_ports(1)[0]
             for index in range(self.node_count):
                 self._start_node(index)
         except BaseException:
@@ -114,7 +113,13 @@ class LocalRayCluster:
         head = index == 0
         temp_dir = os.path.join(self.root, f"n{index}")
         os.makedirs(temp_dir, exist_ok=True)
-        ports = free_ports(8)
+        # The head's GCS port comes from the same call as its other ports: picked apart, the OS
+        # had handed the GCS port out again as another component's (nothing listened on it yet),
+        # and `ray start` refused the clash ("... is trying to use a port number ... that is
+        # used by other components"). A later node's ports skip those listening already.
+        ports = free_ports(9 if head else 8)
+        if head:
+            self.port = ports[8]
         args = [
             ray_executable(), "start",
             "--node-ip-address", "127.0.0.1",
