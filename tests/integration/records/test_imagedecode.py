@@ -154,6 +154,48 @@ def test_bad_items_cost_only_themselves_and_are_named(bodies):
     assert messages["notes.txt"].startswith("notes.txt: not an image (20 bytes")
 
 
+def test_a_shard_with_damaged_images_is_searched_in_parts_not_image_by_image(bodies):
+    good = bodies["JPEG"] * 16  # 48 images, one shard
+    # Damaged inside (500 bytes of 0xFF midway), yet ending as a whole JPEG does (its end-of-image
+    # marker): libjpeg gives up on it, and it fails the call it is in.
+    half = len(good[0]) // 2
+    broken = good[0][:half] + b"\xff" * 500 + good[0][half + 500:]
+    damaged = {7, 30}
+    bodies_in = [broken if i in damaged else body for i, body in enumerate(good)]
+    target = ImageTarget(32, 32, 3, "uint8")
+    decoder = ImageDecoder(target, workers=1)
+    result = decoder.decode(bodies_in, [f"{i}.jpg" for i in range(len(bodies_in))])
+
+    assert result.rows == [i for i in range(len(good)) if i not in damaged]
+    assert sorted(result.errors) == sorted(damaged)
+    assert all(str(result.errors[i]).startswith(f"{i}.jpg: JPEG data could not be decoded") for i in damaged)
+    np.testing.assert_array_equal(result.array, ImageDecoder(target, workers=1).decode(
+        [b for i, b in enumerate(good) if i not in damaged]).array)
+    # The shard's call, then halves down to the two damaged images (24 calls, deterministic for
+    # a new decoder), where one call per image made 49.
+    assert 1 < decoder.calls <= 25
+
+
+def test_images_cut_short_are_decoded_alone_and_their_shard_keeps_its_one_call(bodies):
+    good = bodies["JPEG"] * 8 + bodies["PNG"] * 4  # 44 images
+    cut_jpeg, cut_png = good[0][:2000], good[24][: len(good[24]) // 2]
+    bodies_in = list(good)
+    bodies_in[5], bodies_in[30] = cut_jpeg, cut_png
+    bodies_in[11] = good[11] + b"a trailer after the end-of-image marker"  # whole, but does not end as one
+    bodies_in[12] = good[12] + bytes(40)  # zero padding: still ends whole
+    target = ImageTarget(32, 32, 3, "uint8")
+    decoder = ImageDecoder(target, workers=1)
+    result = decoder.decode(bodies_in, [f"image {i}" for i in range(len(bodies_in))])
+
+    assert sorted(result.errors) == [5, 30]
+    assert str(result.errors[5]).startswith("image 5: JPEG data could not be decoded")
+    assert str(result.errors[30]).startswith("image 30: PNG data could not be decoded")
+    kept = [i for i in range(len(good)) if i not in (5, 30)]
+    assert result.rows == kept  # input order, the one decoded alone (11) in its place
+    np.testing.assert_array_equal(result.array, ImageDecoder(target, workers=1).decode([good[i] for i in kept]).array)
+    assert decoder.calls == 1 + 3  # the shard of 41, then 5, 11 and 30 alone
+
+
 def test_shards_keep_input_order(bodies):
     many = (bodies["JPEG"] + bodies["PNG"]) * 3
     target = ImageTarget(32, 48, 3, "uint8")
