@@ -49,11 +49,9 @@ import numpy as np
 
 from tfbatch.batching.groups import BadRows
 from tfbatch.errors import InvalidInput
-from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, check_image
+from tfbatch.records.images import DEFAULT_MAX_IMAGE_PIXELS, CutShort, check_image
 
 CHANNELS = (1, 3, 4)
-_JPEG_END = b"\xff\xd9"  # EOI marker
-_PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk: type and CRC
 # PIL's RGB -> L weights in 16-bit fixed point (ITU-R 601-2 luma), with its rounding term.
 _LUMA = (19595, 38470, 7471, 32768)
 
@@ -145,6 +143,7 @@ class ImageDecoder:
         self.workers = max(1, workers or usable_cores())
         self.min_shard = max(1, min_shard)
         self.bad = BadRows()  # how finely a shard that failed is cut (_shard)
+        self.cut_short = CutShort()  # which images go alone: those cut short (decode)
         self.calls = 0  # decode calls made (TensorFlow function calls)
         self._fn = None
         self._pool: ThreadPoolExecutor | None = None
@@ -176,7 +175,9 @@ class ImageDecoder:
         errors: dict[int, InvalidInput] = {}
         admitted = self._admit(bodies, names, errors)
         # A body cut short fails the call of every image in its shard: it goes alone instead.
-        whole = [item for item in admitted if ends_whole(bodies[item[0]], item[1])]
+        whole, cut = [], []
+        for item in admitted:
+            (cut if self.cut_short.alone(bodies[item[0]], item[1]) else whole).append(item)
         rows: list[int] = []
         arrays: list[np.ndarray] = []
         for shard_rows, array, shard_errors in self._in_shards(whole, bodies, names):
@@ -184,10 +185,11 @@ class ImageDecoder:
             if shard_rows:
                 rows.extend(shard_rows)
                 arrays.append(array)
-        if len(whole) < len(admitted):
-            cut = [item for item in admitted if not ends_whole(bodies[item[0]], item[1])]
+        if cut:
             cut_rows, cut_arrays, cut_errors = self._each(cut, bodies, names)
             errors.update(cut_errors)
+            for i, _ in cut:
+                self.cut_short.outcome(i not in cut_errors)
             if cut_rows:
                 # Back in input order, a row at a time (views of the shards' arrays), stacked once below.
                 every = rows + cut_rows
@@ -392,15 +394,6 @@ class ImageDecoder:
             if self._fn is None:
                 self._fn = _build(self.target)
             return self._fn
-
-
-def ends_whole(body: bytes, is_png: bool) -> bool:
-    """Whether ``body`` ends as a whole file does: a JPEG with its end-of-image marker, a PNG with
-    its IEND chunk (zero padding after either allowed). A file cut short (an interrupted upload
-    or copy: the common damage) does not, and its decode would fail with everything in the same
-    call. Only where an image is decoded depends on this (alone, not in a shard), never whether."""
-    tail = body[-64:].rstrip(b"\0")
-    return tail.endswith(_PNG_END if is_png else _JPEG_END)
 
 
 def _undecodable(source: str, kind: str, exc: BaseException) -> InvalidInput:

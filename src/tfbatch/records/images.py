@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,53 @@ def read_header(data: bytes, source: str = "body") -> ImageHeader:
     if width <= 0 or height <= 0:
         raise InvalidInput(f"{source}: {kind} header declares {width} x {height} pixels")
     return ImageHeader(kind, width, height)
+
+
+_JPEG_END = b"\xff\xd9"  # the end-of-image marker
+_PNG_END = b"IEND\xaeB`\x82"  # the IEND chunk: its type and CRC
+
+
+def ends_whole(body: bytes, is_png: bool) -> bool:
+    """Whether ``body`` ends as a whole file does: a JPEG with its end-of-image marker, a PNG with
+    its IEND chunk (up to 4 KB of zero padding after either allowed). A file cut short (an
+    interrupted upload or copy: the common damage) does not, and its decode fails, failing every
+    image decoded in the same call. Callers use this only to choose where an image goes (alone, not in a batch), never
+    whether it is decoded."""
+    tail = body[-4096:].rstrip(b"\0")
+    return tail.endswith(_PNG_END if is_png else _JPEG_END)
+
+
+class CutShort:
+    """Which images to decode alone because they do not end whole (:func:`ends_whole`).
+
+    An image cut short fails the decode call it is in, and every image in that call with it, so
+    it goes alone. Some whole images do not end whole either: a camera's trailer after the JPEG,
+    a Motion Photo's video appended to it. Once TRIAL such images have decoded alone and more of
+    them decoded than failed, they go with the others again (a damaged one among them is then
+    found by its batch's search, as any other damage is). Thread-safe; one per job.
+    """
+
+    TRIAL = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.decoded = 0
+        self.failed = 0
+
+    def alone(self, body: bytes, is_png: bool) -> bool:
+        """Whether ``body`` should be decoded alone, not in a batch."""
+        if ends_whole(body, is_png):
+            return False
+        with self._lock:
+            return self.decoded < self.TRIAL or self.failed >= self.decoded
+
+    def outcome(self, decoded: bool) -> None:
+        """How an image sent alone by :meth:`alone` fared."""
+        with self._lock:
+            if decoded:
+                self.decoded += 1
+            else:
+                self.failed += 1
 
 
 def check_image(

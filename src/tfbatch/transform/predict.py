@@ -29,6 +29,7 @@ import numpy as np
 
 from tfbatch.batching.groups import BadRows
 from tfbatch.handlers.service import InvocationRequest, InvocationResponse
+from tfbatch.records.images import CutShort
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +256,7 @@ class ImageBatchPredict:
         self._lock = threading.Lock()
         self._alone = None  # the service over an unbatched view, made on the first refused batch
         self.bad_rows = BadRows()  # how finely a failed batch is cut (_again)
+        self.cut_short = CutShort()  # which images run alone from the start (_batches)
         self.batches = 0
         self.rows = 0
         self.failed_batches = 0
@@ -266,8 +268,9 @@ class ImageBatchPredict:
         self.sent.add(reqs)
         out: list[InvocationResponse | None] = [None] * len(reqs)
         ready: list[int] = []
+        cut: list[int] = []
         done, refused = None, False
-        for rows, batch in self._batches(reqs, ready):
+        for rows, batch in self._batches(reqs, ready, cut):
             for start in range(0, len(rows), self.step or len(rows)):
                 part = slice(start, start + (self.step or len(rows)))
                 responses, at = self._model(batch[part])
@@ -276,7 +279,10 @@ class ImageBatchPredict:
                     responses = self._again(batch[part], [reqs[n] for n in rows[part]])
                 for i, n in enumerate(rows[part]):
                     out[n] = responses[i]
-        for n in sorted(set(range(len(reqs))) - set(ready)):
+        for n in cut:
+            out[n] = self._one(reqs[n])
+            self.cut_short.outcome(out[n].ok)
+        for n in sorted(set(range(len(reqs))) - set(ready) - set(cut)):
             # Answered alone, through the one-request path: its error reads as it always has.
             with self._lock:
                 self.run_alone += 1
@@ -289,8 +295,9 @@ class ImageBatchPredict:
                 self.tuner.observe(len(ready), done, time.process_time())
         return out  # type: ignore[return-value]
 
-    def _batches(self, reqs: list[InvocationRequest], ready: list[int]):
-        """(request indices, batch) to run, in turn; ``ready`` collects the indices as they come."""
+    def _batches(self, reqs: list[InvocationRequest], ready: list[int], cut: list[int]):
+        """(request indices, batch) to run, in turn; ``ready`` collects the indices as they come,
+        ``cut`` those of images the model decodes that end short of a whole file, to run alone."""
         from tfbatch.records.images import check_image, read_header
 
         if self.decoder is None:
@@ -298,10 +305,11 @@ class ImageBatchPredict:
                 try:
                     # The header check a one-image request gets (format, pixel budget) before any
                     # allocation; an image that fails it never enters a batch.
-                    check_image(req.body, self.max_image_pixels)
-                    ready.append(n)
+                    header = check_image(req.body, self.max_image_pixels)
                 except Exception:  # noqa: BLE001 - the one-request answer carries the error
-                    pass
+                    continue
+                # Cut short (an interrupted copy), it would fail its batch's call: alone instead.
+                (cut if self.cut_short.alone(req.body, header.format == "PNG") else ready).append(n)
             if ready:
                 yield list(ready), np.array([reqs[n].body for n in ready], dtype=object)
             return

@@ -196,6 +196,19 @@ def test_images_cut_short_are_decoded_alone_and_their_shard_keeps_its_one_call(b
     assert decoder.calls == 1 + 3  # the shard of 41, then 5, 11 and 30 alone
 
 
+def test_whole_images_with_a_trailer_go_alone_only_until_they_prove_whole(bodies):
+    # A Motion Photo's shape: a whole JPEG with more bytes after its end-of-image marker.
+    trailed = [body + b"ftypmp42 and a video after the image" for body in bodies["JPEG"] * 7]  # 21
+    target = ImageTarget(32, 32, 3, "uint8")
+    decoder = ImageDecoder(target, workers=1)
+    first = decoder.decode(trailed)
+    assert first.rows == list(range(21)) and decoder.calls == 21  # each alone: the trial
+    second = decoder.decode(trailed)
+    assert second.rows == list(range(21)) and decoder.calls == 22  # then one call for them all
+    np.testing.assert_array_equal(first.array, second.array)
+    np.testing.assert_array_equal(second.array, decoder.decode(bodies["JPEG"] * 7).array)
+
+
 def test_shards_keep_input_order(bodies):
     many = (bodies["JPEG"] + bodies["PNG"]) * 3
     target = ImageTarget(32, 48, 3, "uint8")

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from tfbatch.errors import InvalidInput
-from tfbatch.records.images import check_encoded_images, check_image, read_header, sniff
+from tfbatch.records.images import CutShort, check_encoded_images, check_image, ends_whole, read_header, sniff
 from tfbatch.testing.hostile import png_bomb
 
 
@@ -132,3 +132,31 @@ def test_b64_jpeg_whose_frame_header_is_deep_in_the_file():
     truncated = base64.b64encode(bytes(data[: sof - 10])).decode()
     with pytest.raises(InvalidInput, match="JPEG header is truncated"):
         check_encoded_images({"inputs": [{"b64": truncated}]}, 10**6)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_a_file_cut_short_does_not_end_whole_and_padding_or_a_trailer_is_told_apart(fmt):
+    buf = io.BytesIO()
+    Image.fromarray(np.arange(3 * 40 * 30, dtype=np.uint8).reshape(40, 30, 3)).save(buf, format=fmt)
+    body, png = buf.getvalue(), fmt == "PNG"
+    assert ends_whole(body, png) and ends_whole(body + bytes(3000), png)  # zero padding after the end
+    assert not ends_whole(body[:-1], png) and not ends_whole(body[: len(body) // 2], png)
+    assert not ends_whole(body + b"a trailer", png) and not ends_whole(b"", png)
+    assert not ends_whole(body, not png)  # the other format's end
+
+
+def test_images_that_do_not_end_whole_go_alone_until_most_of_them_decode():
+    whole, trailer = b"\xff\xd8 ... \xff\xd9", b"\xff\xd8 ... \xff\xd9 and a video"
+    damaged = CutShort()
+    assert not damaged.alone(whole, False)
+    for _ in range(100):  # files cut short: each fails alone, and they keep going alone
+        assert damaged.alone(trailer, False)
+        damaged.outcome(False)
+    mixed = CutShort()
+    for n in range(2 * CutShort.TRIAL):
+        assert mixed.alone(trailer, False)  # the trial (TRIAL decoded), then as many failed as decoded
+        mixed.outcome(n % 2 == 1)
+    assert mixed.alone(trailer, False) and (mixed.decoded, mixed.failed) == (16, 16)
+    mixed.outcome(True)
+    assert not mixed.alone(trailer, False)  # more decoded than failed, after the trial: batched
+    assert not mixed.alone(whole, False)
