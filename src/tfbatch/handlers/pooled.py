@@ -36,6 +36,7 @@ from tfbatch.handlers.pool_worker import IN_RUN, OUTPUTS_RUN, TENSORS_RUN, cut_r
 from tfbatch.handlers.wire import OUT_OF_BAND_MIN
 from tfbatch.handlers.service import InferenceService, InvocationRequest, InvocationResponse
 from tfbatch.limits import GRPC_MAX_MESSAGE_MB, MIB
+from tfbatch.records.images import CutShort, sniff
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class PooledService:
         self.requests_run_alone = 0
         # How common bad rows are in this job, for how finely a failed joint call is cut.
         self.bad_rows = BadRows()
+        # Which requests run alone from the start: those holding an image cut short.
+        self.cut_short = CutShort()
 
     @property
     def stats(self) -> dict[str, int]:
@@ -153,7 +156,17 @@ class PooledService:
                 tensors, fmt, version, sig_name = result[1:5]
                 members = result[6] if kind == TENSORS_RUN else [n]
                 sizes = result[5] if kind == TENSORS_RUN else None
-                groups[(items[n][4], version, sig_name, fmt, tensor_layout(tensors))].append((members, sizes, tensors))
+                key = (items[n][4], version, sig_name, fmt, tensor_layout(tensors))
+                if not self._cut_short(tensors):
+                    groups[key].append((members, sizes, tensors))
+                    continue
+                # An encoded image cut short would fail the joint call of every request with it:
+                # its request runs alone, directly; the others of its run go on, each on its own.
+                for m, part in _requests(members, sizes, tensors):
+                    if self._cut_short(part):
+                        out[m] = (where, self._alone_cut_short(key, fmt, part))
+                    else:
+                        groups[key].append(([m], None, part))
             elif kind == "json":
                 shared.add(n)
                 out[n] = (where, self._json(items[n], result[1]))
@@ -203,6 +216,28 @@ class PooledService:
         with self._counts_lock:
             self.requests_run_alone += sum(got is None for got in rows)
         self.bad_rows.failed_alone(failed)
+
+    def _cut_short(self, tensors: dict) -> bool:
+        """Whether a string input holds a JPEG or PNG that does not end whole and is to run alone
+        (``records.images.CutShort``: a file cut short, while such files mostly fail)."""
+        for array in tensors.values():
+            if isinstance(array, np.ndarray) and array.dtype.kind in "OS":
+                for value in array.flat:
+                    if isinstance(value, bytes) and (kind := sniff(value)) in ("JPEG", "PNG") \
+                            and self.cut_short.alone(value, kind == "PNG"):
+                        return True
+        return False
+
+    def _alone_cut_short(self, key: tuple, fmt, tensors: dict) -> tuple:
+        name, version, sig_name = key[:3]
+        got = self._alone(name, version, sig_name, fmt, tensors, direct=True)
+        if key[4] is not None:  # rows countable (tensor_layout)
+            self.bad_rows.seen(row_count(tensors))
+        self.bad_rows.failed_alone(got[0] == "error")
+        self.cut_short.outcome(got[0] != "error")
+        with self._counts_lock:
+            self.requests_run_alone += 1
+        return got
 
     def _json(self, item: tuple, body: dict) -> tuple:
         from tfbatch.tfs.api import TfsApi

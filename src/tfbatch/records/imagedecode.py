@@ -32,6 +32,12 @@ tests/integration/records/test_imagedecode.py):
 - float inputs get ``level / 255`` as float32 (values in [0, 1]); integer inputs get the
   levels as that dtype.
 
+A damaged image fails the TensorFlow call it is in. A body that does not end as a whole file
+does (:class:`tfbatch.records.images.CutShort`: cut short, the common damage) is decoded
+alone; a shard that fails all the same is searched in parts (``batching.groups.BadRows``)
+down to its damaged images. Neither changes any image's pixels or error, only how many calls
+find them.
+
 What differs from PIL: 16-bit PNGs keep their high byte here (PIL clips 16-bit grey to
 255), and a resized pixel may be one level (1/255) away from PIL's.
 """

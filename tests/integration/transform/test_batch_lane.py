@@ -133,6 +133,25 @@ def test_an_image_cut_short_runs_alone_and_fails_no_batch(tmp_path, savedmodel, 
     assert error["object"] == "cut.png" and error["status"] >= 400
 
 
+def test_a_scripted_jobs_image_cut_short_runs_alone_and_fails_no_joint_call(tmp_path, savedmodel, images):
+    # The same image job through an input_handler/output_handler pair: the script passes each
+    # image as b64 and the model decodes it. A PNG cut off before its IEND chunk would fail the
+    # joint model call of every request with it; its request runs alone from the start.
+    (images / "cut.png").write_bytes(_png(99)[:60])
+    scripted = package([savedmodel], tmp_path / "pair.tar.gz", code_dir=_code(tmp_path, PAIR))
+    common = dict(model=str(scripted), content_type="application/x-image", max_batch_size=4)
+    report = run_transform(input=str(images), output=str(tmp_path / "out"), **common)
+    assert not report.ok and report.failed == 1 and report.succeeded == 11
+    stats = _lane_stats(report)
+    assert stats["failed_joint_calls"] == 0 and stats["requests_run_alone"] == 1, stats
+    (error,) = [json.loads(line) for line in (tmp_path / "out" / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
+    assert error["object"] == "cut.png"
+    (images / "cut.png").unlink()
+    clean = run_transform(input=str(images), output=str(tmp_path / "clean"), **common)
+    assert clean.ok
+    agree(_outs(tmp_path / "out"), _outs(tmp_path / "clean"))
+
+
 def test_without_max_batch_size_the_lane_probes_and_reports_its_choice(tmp_path, savedmodel):
     root = tmp_path / "in"
     root.mkdir()
