@@ -95,42 +95,32 @@ def test_lane_gives_the_per_request_bytes_in_whole_batches(tmp_path, savedmodel,
         assert body.startswith(b'{"predictions":[{"classes":') and body.endswith(b"]}]}")
 
 
-def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, savedmodel, images):
+@pytest.mark.parametrize("name, body, failed_batches, run_alone", [
     # A PNG whose header is sound (so it passes the header check) and that ends with its IEND
-    # chunk, but whose data is gone: only the model's decode finds out.
-    (images / "bad.png").write_bytes(_png(99)[:40] + b"\x00" * 16 + _png(99)[-12:])
+    # chunk, but whose data is gone: only the model's decode finds out. The model refused the
+    # batch of 4 holding it, then the half holding it; that half's two images ran alone,
+    # unbatched, and the other half again as a batch (all four had run alone).
+    ("bad.png", _png(99)[:40] + b"\x00" * 16 + _png(99)[-12:], 2, 2),
+    # Cut off before its IEND chunk (an interrupted copy): it would fail its batch's model call,
+    # so it runs alone from the start, with the error it would have had there.
+    ("cut.png", _png(99)[:60], 0, 1),
+])
+def test_a_bad_image_fails_alone_and_its_batch_mates_are_written(tmp_path, savedmodel, images, name, body,
+                                                                 failed_batches, run_alone):
+    (images / name).write_bytes(body)
     out = tmp_path / "out"
     report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
                            content_type="application/x-image", max_batch_size=4)
     assert not report.ok and report.failed == 1 and report.succeeded == 11
     stats = _lane_stats(report)
-    # The model refused the batch of 4 holding bad.png, then the half holding it; that half's
-    # two images ran alone, unbatched, and the other half again as a batch (all four had run
-    # alone).
-    assert stats["failed_batches"] == 2 and stats["objects_run_alone"] == 2
-    assert "bad.png.out" not in _outs(out) and len(_outs(out)) == 11
-    errors = (out / "_tfbatch" / "errors.jsonl").read_text()
-    assert "bad.png" in errors
+    assert stats["failed_batches"] == failed_batches and stats["objects_run_alone"] == run_alone
+    assert f"{name}.out" not in _outs(out) and len(_outs(out)) == 11
+    (error,) = [json.loads(line) for line in (out / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
+    assert error["object"] == name and error["status"] >= 400
     # Re-run: with on_error=continue a bad input is a finished object too, as on the general path.
     again = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
                           content_type="application/x-image", max_batch_size=4)
     assert again.skipped == 12 and again.objects == 0
-
-
-def test_an_image_cut_short_runs_alone_and_fails_no_batch(tmp_path, savedmodel, images):
-    # Cut off before its IEND chunk (an interrupted copy): it would fail its batch's model call,
-    # so it runs alone from the start, with the error it would have had there.
-    (images / "cut.png").write_bytes(_png(99)[:60])
-    out = tmp_path / "out"
-    report = run_transform(model=str(savedmodel.parent), input=str(images), output=str(out),
-                           content_type="application/x-image", max_batch_size=4)
-    assert not report.ok and report.failed == 1 and report.succeeded == 11
-    stats = _lane_stats(report)
-    assert stats["failed_batches"] == 0 and stats["objects_run_alone"] == 1
-    assert sum(int(k) * v for k, v in stats["batch_sizes"].items()) == 11
-    assert "cut.png.out" not in _outs(out) and len(_outs(out)) == 11
-    (error,) = [json.loads(line) for line in (out / "_tfbatch" / "errors.jsonl").read_text().splitlines()]
-    assert error["object"] == "cut.png" and error["status"] >= 400
 
 
 def test_a_scripted_jobs_image_cut_short_runs_alone_and_fails_no_joint_call(tmp_path, savedmodel, images):
