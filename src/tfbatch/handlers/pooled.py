@@ -229,11 +229,10 @@ class PooledService:
         return False
 
     def _alone_cut_short(self, key: tuple, fmt, tensors: dict) -> tuple:
+        """A request :meth:`_cut_short` picked, run alone; not counted in ``bad_rows``, which
+        steers the search of joint calls that hold none of these."""
         name, version, sig_name = key[:3]
         got = self._alone(name, version, sig_name, fmt, tensors, direct=True)
-        if key[4] is not None:  # rows countable (tensor_layout)
-            self.bad_rows.seen(row_count(tensors))
-        self.bad_rows.failed_alone(got[0] == "error")
         self.cut_short.outcome(got[0] != "error")
         with self._counts_lock:
             self.requests_run_alone += 1

@@ -192,10 +192,17 @@ class ImageDecoder:
                 rows.extend(shard_rows)
                 arrays.append(array)
         if cut:
-            cut_rows, cut_arrays, cut_errors = self._each(cut, bodies, names)
-            errors.update(cut_errors)
-            for i, _ in cut:
-                self.cut_short.outcome(i not in cut_errors)
+            # One call each; not counted in ``self.bad``, which steers the search of shards that
+            # hold none of them.
+            cut_rows, cut_arrays = [], []
+            for item in cut:
+                array, exc = self._call([item], bodies)
+                self.cut_short.outcome(array is not None)
+                if array is None:
+                    errors[item[0]] = self._failed(item, names, exc)
+                else:
+                    cut_rows.append(item[0])
+                    cut_arrays.append(array)
             if cut_rows:
                 # Back in input order, a row at a time (views of the shards' arrays), stacked once below.
                 every = rows + cut_rows
@@ -325,6 +332,7 @@ class ImageDecoder:
                                       lambda item: self._alone(item, bodies, names))
         else:
             self.bad.seen(1)
+            self.bad.failed_alone(1)
             answers = [self._failed(items[0], names, exc)]
         rows, arrays, errors = [], [], {}
         for (i, _), answer in zip(items, answers):
@@ -364,11 +372,14 @@ class ImageDecoder:
     def _alone(self, item, bodies, names) -> np.ndarray | InvalidInput:
         array, exc = self._call([item], bodies)
         self.bad.seen(1)
-        return array if array is not None else self._failed(item, names, exc)
-
-    def _failed(self, item, names, exc) -> InvalidInput:
-        (i, png) = item
+        if array is not None:
+            return array
         self.bad.failed_alone(1)
+        return self._failed(item, names, exc)
+
+    @staticmethod
+    def _failed(item, names, exc) -> InvalidInput:
+        (i, png) = item
         return _undecodable(names[i], "PNG" if png else "JPEG", exc)
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:

@@ -85,8 +85,8 @@ def ends_whole(body: bytes, is_png: bool) -> bool:
     """Whether ``body`` ends as a whole file does: a JPEG with its end-of-image marker, a PNG with
     its IEND chunk (up to 4 KB of zero padding after either allowed). A file cut short (an
     interrupted upload or copy: the common damage) does not, and its decode fails, failing every
-    image decoded in the same call. Callers use this only to choose where an image goes (alone, not in a batch), never
-    whether it is decoded."""
+    image decoded in the same call. Callers use this only to choose where an image goes (alone,
+    not in a batch), never whether it is decoded."""
     tail = body[-4096:].rstrip(b"\0")
     return tail.endswith(_PNG_END if is_png else _JPEG_END)
 

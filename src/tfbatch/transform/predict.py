@@ -280,7 +280,8 @@ class ImageBatchPredict:
                 for i, n in enumerate(rows[part]):
                     out[n] = responses[i]
         for n in cut:
-            out[n] = self._one(reqs[n])
+            # Not counted in ``bad_rows``: it steers the search of batches that hold none of these.
+            out[n] = self._one(reqs[n], counted=False)
             self.cut_short.outcome(out[n].ok)
         for n in sorted(set(range(len(reqs))) - set(ready) - set(cut)):
             # Answered alone, through the one-request path: its error reads as it always has.
@@ -374,8 +375,9 @@ class ImageBatchPredict:
                                     lambda rows: self._model(batch[rows[0]:rows[-1] + 1])[0],
                                     lambda row: self._one(reqs[row]))
 
-    def _one(self, req: InvocationRequest) -> InvocationResponse:
-        """One image alone, unbatched, so a neighbour's bad data cannot fail it."""
+    def _one(self, req: InvocationRequest, counted: bool = True) -> InvocationResponse:
+        """One image alone, unbatched, so a neighbour's bad data cannot fail it; ``counted``: a
+        failure counts in ``bad_rows`` (an image of a failed batch)."""
         with self._lock:
             if self._alone is None:
                 self._alone = self.service.with_model_server(self.service.model_server.unbatched())
@@ -383,7 +385,7 @@ class ImageBatchPredict:
             self.run_alone += 1
         response = alone.invoke(req)
         response.own = True  # unbatched: the Invoker's isolation would run it the same way
-        if not response.ok:
+        if counted and not response.ok:
             self.bad_rows.failed_alone(1)
         return response
 

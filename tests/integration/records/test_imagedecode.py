@@ -194,6 +194,8 @@ def test_images_cut_short_are_decoded_alone_and_their_shard_keeps_its_one_call(b
     assert result.rows == kept  # input order, the one decoded alone (11) in its place
     np.testing.assert_array_equal(result.array, ImageDecoder(target, workers=1).decode([good[i] for i in kept]).array)
     assert decoder.calls == 1 + 3  # the shard of 41, then 5, 11 and 30 alone
+    # Their failures do not steer how a failed shard is cut: none of them was in one.
+    assert decoder.bad.requests_failed_alone == 0 and decoder.cut_short.failed == 2
 
 
 def test_whole_images_with_a_trailer_go_alone_only_until_they_prove_whole(bodies):
